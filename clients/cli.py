@@ -1,0 +1,128 @@
+"""The ``remat`` command line: solve, validate and list strategies (and, as they land, more).
+
+Every command reports failure as one line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from remat.schedules import Graph, RematError, format_size, parse_size
+from remat.solvers import DEFAULT_TIME_LIMIT_S, STRATEGIES, solve
+
+__all__ = ["main"]
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``remat`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+        return code
+    except RematError as e:
+        print(f"remat: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"remat: error: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("remat: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="remat", description="Memory-bounded training schedules.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("solve", help="find a plan for a graph under a memory budget")
+    p.add_argument("graph", help="remat.graph/v1 JSON file")
+    budget = p.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--budget", type=_size, help="bytes, fixed memory included; units allowed (12GiB)")
+    budget.add_argument("--budget-ratio", type=float, help="fraction of the checkpoint-all peak")
+    p.add_argument("--strategy", default="checkmate", help="strategy name (remat strategies lists them)")
+    p.add_argument("--backend", default="auto", help="solver backend for checkmate")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds (default 60)")
+    p.add_argument("--mip-gap", type=float, default=None, help="relative gap that counts as optimal")
+    p.add_argument("--output", "-o", help="write the remat.result/v1 JSON here")
+    p.add_argument("--server", help="solve on a remat service at this URL instead of in-process")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of a summary")
+    p.set_defaults(run=_solve)
+
+    p = sub.add_parser("validate", help="check a graph file and print its key numbers")
+    p.add_argument("graph", help="remat.graph/v1 JSON file")
+    p.set_defaults(run=_validate)
+
+    p = sub.add_parser("strategies", help="list the strategies and their backends")
+    p.set_defaults(run=_strategies)
+    return parser
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except RematError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _solve(args: argparse.Namespace) -> int:
+    graph = Graph.from_path(args.graph)
+    options: dict[str, Any] = {"strategy": args.strategy, "backend": args.backend, "time_limit_s": args.time_limit}
+    if args.mip_gap is not None:
+        options["mip_gap"] = args.mip_gap
+    budget = {"budget": args.budget} if args.budget is not None else {"budget_ratio": args.budget_ratio}
+    if args.server:
+        from remat.clients.http import Client
+
+        with Client(args.server) as client:
+            doc = client.solve(graph, **budget, **options)
+    else:
+        doc = solve(graph, **budget, **options).to_json()
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+    print(json.dumps(doc) if args.json else summary_line(doc))
+    return 0 if doc["status"] in ("optimal", "feasible") else 1
+
+
+def summary_line(doc: dict[str, Any]) -> str:
+    """One line about a remat.result/v1: status, overhead, peak against budget, time."""
+    parts = [f"{doc['graph_name'] or 'graph'}: {doc['strategy']}", doc["status"]]
+    if doc.get("overhead") is not None:
+        parts.append(f"overhead {doc['overhead']:.4f}")
+    if doc.get("peak_memory") is not None:
+        parts.append(f"peak {format_size(doc['peak_memory'])} / budget {format_size(doc['budget'])} "
+                     f"({doc['peak_memory'] / doc['budget']:.3f})")
+    else:
+        parts.append(f"budget {format_size(doc['budget'])}")
+    if doc.get("fallback"):
+        parts.append(f"fallback {doc['fallback']}")
+    parts.append(f"{doc['solve_time_s']:.2f} s")
+    return ", ".join(parts)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    g = Graph.from_path(args.graph)
+    print(f"{args.graph}: valid remat.graph/v1 {g.name!r}: {g.size} nodes, {g.edge_count} edges, "
+          f"{len(g.forward_nodes)} forward; base cost {g.base_cost:g}; fixed {format_size(g.fixed_memory)}; "
+          f"min feasible budget {format_size(g.min_feasible_budget)} ({g.min_feasible_budget} B); "
+          f"checkpoint-all peak {format_size(g.checkpoint_all_peak)} ({g.checkpoint_all_peak} B); "
+          f"smallest feasible ratio {g.min_feasible_budget / g.checkpoint_all_peak:.3f}")
+    return 0
+
+
+def _strategies(args: argparse.Namespace) -> int:
+    for s in STRATEGIES.values():
+        backends = f" [backends: {', '.join(s.backends)}]" if s.backends else ""
+        print(f"{s.name:20s} {s.summary}{backends}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

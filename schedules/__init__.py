@@ -1,0 +1,55 @@
+"""remat.schedules: the data model (graph, plan, schedule), the simulator and memory layout.
+
+Everything here is plain Python and NumPy; other packages build on it and never the reverse.
+"""
+
+from ._budget import format_size, parse_size, resolve_budget
+from ._errors import (
+    BackendUnavailable,
+    InvalidGraph,
+    InvalidPlan,
+    InvalidRequest,
+    InvalidSchedule,
+    JobNotFound,
+    RematError,
+    SolverFailed,
+    StrategyNotApplicable,
+    UnknownStrategy,
+)
+from ._graph import GRAPH_FORMAT, Graph, GraphLimits, Kind, Node
+from ._layout import Buffer, Layout, layout_plan
+from ._plan import Op, Plan, Simulation, checkpoint_all_plan, simulate
+from ._schedule import Schedule, checkpoint_all_schedule, plan_from_schedule, recompute_closure
+
+__all__ = [
+    "GRAPH_FORMAT",
+    "BackendUnavailable",
+    "Buffer",
+    "Graph",
+    "GraphLimits",
+    "InvalidGraph",
+    "InvalidPlan",
+    "InvalidRequest",
+    "InvalidSchedule",
+    "JobNotFound",
+    "Kind",
+    "Layout",
+    "Node",
+    "Op",
+    "Plan",
+    "RematError",
+    "Schedule",
+    "Simulation",
+    "SolverFailed",
+    "StrategyNotApplicable",
+    "UnknownStrategy",
+    "checkpoint_all_plan",
+    "checkpoint_all_schedule",
+    "format_size",
+    "layout_plan",
+    "parse_size",
+    "plan_from_schedule",
+    "recompute_closure",
+    "resolve_budget",
+    "simulate",
+]

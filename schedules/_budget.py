@@ -1,0 +1,61 @@
+"""Memory budgets: sizes written with units, and budgets given in bytes or as a ratio."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ._errors import InvalidRequest
+from ._graph import Graph
+
+__all__ = ["format_size", "parse_size", "resolve_budget"]
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in ``text``: a whole number or a number with a unit (``12GiB``, ``1.5 GB``, ``800MiB``).
+
+    >>> parse_size("12GiB"), parse_size("1.5kB"), parse_size(42)
+    (12884901888, 1500, 42)
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise InvalidRequest(f"A size must be >= 0, got {text}.", field="budget")
+        return text
+    m = _SIZE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise InvalidRequest(
+            f"Cannot read {text!r} as a size: write bytes or a number with a unit such as 12GiB, 800MB.",
+            field="budget",
+        )
+    return int(math.floor(float(m.group(1)) * _UNITS[unit]))
+
+
+def format_size(n: float) -> str:
+    """Bytes in binary units for people: ``format_size(3 * 2**30) == '3.00 GiB'``."""
+    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def resolve_budget(graph: Graph, *, budget: int | None = None, budget_ratio: float | None = None) -> int:
+    """The budget in bytes (fixed memory included): ``budget``, or ceil(ratio * checkpoint-all peak)."""
+    if (budget is None) == (budget_ratio is None):
+        raise InvalidRequest("Give exactly one of 'budget' (bytes) and 'budget_ratio'.", field="budget")
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise InvalidRequest(f"'budget' must be a whole number of bytes >= 0, got {budget!r}.", field="budget")
+        return budget
+    assert budget_ratio is not None
+    if isinstance(budget_ratio, bool) or not isinstance(budget_ratio, (int, float)) \
+            or not math.isfinite(budget_ratio) or budget_ratio <= 0:
+        raise InvalidRequest(f"'budget_ratio' must be a number > 0, got {budget_ratio!r}.", field="budget_ratio")
+    return math.ceil(budget_ratio * graph.checkpoint_all_peak)

@@ -1,0 +1,393 @@
+"""The training graph: nodes in execution order with costs and output sizes (remat.graph/v1).
+
+A :class:`Graph` is validated once, when it is built, and trusted everywhere after that.
+Nodes are addressed by their index in execution order; ids are only for people and JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+
+from ._errors import InvalidGraph
+
+__all__ = ["GRAPH_FORMAT", "Graph", "GraphLimits", "Kind", "Node"]
+
+GRAPH_FORMAT = "remat.graph/v1"
+
+Kind = Literal["forward", "backward"]
+_KINDS = ("forward", "backward")
+_NODE_FIELDS = ("id", "deps", "cost", "memory", "kind")
+
+
+@dataclass(frozen=True)
+class GraphLimits:
+    """Size caps applied when a graph is read; the service lowers them per request."""
+
+    max_nodes: int = 20_000
+    max_edges: int = 400_000
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operation: its output of ``memory`` bytes costs ``cost`` to compute from ``deps``."""
+
+    id: str
+    deps: tuple[int, ...]
+    cost: float
+    memory: int
+    kind: Kind = "forward"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Graph:
+    """A validated remat.graph/v1: nodes in topological (execution) order.
+
+    Parameters
+    ----------
+    nodes : sequence of Node
+        In execution order; every dep index is smaller than the node's own index.
+    fixed_memory : int
+        Bytes resident throughout (parameters, gradients, optimizer state, inputs).
+
+    Examples
+    --------
+    >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
+    ...     {"id": "a", "deps": [], "cost": 1, "memory": 4},
+    ...     {"id": "b", "deps": ["a"], "cost": 2, "memory": 8}]})
+    >>> g.min_feasible_budget, g.base_cost
+    (12, 3.0)
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        *,
+        name: str = "",
+        fixed_memory: int = 0,
+        cost_unit: str = "",
+        limits: GraphLimits | None = None,
+    ) -> None:
+        self.nodes: tuple[Node, ...] = tuple(nodes)
+        self.name = name
+        self.fixed_memory = fixed_memory
+        self.cost_unit = cost_unit
+        _check_graph(self, limits or GraphLimits())
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls, doc: Any, *, limits: GraphLimits | None = None) -> Graph:
+        """Read and validate a remat.graph/v1 document (already parsed from JSON)."""
+        limits = limits or GraphLimits()
+        if not isinstance(doc, Mapping):
+            raise InvalidGraph("The graph must be a JSON object.")
+        if doc.get("format") != GRAPH_FORMAT:
+            raise InvalidGraph(
+                f"Field 'format' must be {GRAPH_FORMAT!r}, got {doc.get('format')!r}.", field="format"
+            )
+        raw_nodes = doc.get("nodes")
+        if not isinstance(raw_nodes, list):
+            raise InvalidGraph("Field 'nodes' must be a list of node objects.", field="nodes")
+        if not raw_nodes:
+            raise InvalidGraph("The graph is empty: 'nodes' must hold at least one node.", field="nodes")
+        if len(raw_nodes) > limits.max_nodes:
+            raise InvalidGraph(
+                f"The graph has {len(raw_nodes)} nodes; the limit is {limits.max_nodes}.", field="nodes"
+            )
+        fixed = _non_negative_int(doc.get("fixed_memory", 0), node=None, field="fixed_memory")
+        nodes = _read_nodes(raw_nodes, limits)
+        return cls(
+            nodes,
+            name=_optional_str(doc.get("name", ""), "name"),
+            fixed_memory=fixed,
+            cost_unit=_optional_str(doc.get("cost_unit", ""), "cost_unit"),
+            limits=limits,
+        )
+
+    @classmethod
+    def from_path(cls, path: str, *, limits: GraphLimits | None = None) -> Graph:
+        """Read a remat.graph/v1 JSON file."""
+        with open(path, encoding="utf-8") as f:
+            try:
+                doc = json.load(f)
+            except json.JSONDecodeError as e:
+                raise InvalidGraph(f"{path} is not valid JSON: {e}.") from e
+        return cls.from_json(doc, limits=limits)
+
+    def to_json(self) -> dict[str, Any]:
+        """The remat.graph/v1 document, metadata included."""
+        return {
+            "format": GRAPH_FORMAT,
+            "name": self.name,
+            "cost_unit": self.cost_unit,
+            "fixed_memory": self.fixed_memory,
+            "nodes": [self._node_json(v) for v in range(self.size)],
+        }
+
+    def _node_json(self, v: int) -> dict[str, Any]:
+        node = self.nodes[v]
+        out: dict[str, Any] = {
+            "id": node.id,
+            "deps": [self.nodes[u].id for u in node.deps],
+            "cost": node.cost,
+            "memory": node.memory,
+            "kind": node.kind,
+        }
+        out.update(node.meta)
+        return out
+
+    # -- identity -----------------------------------------------------------------------------
+
+    @cached_property
+    def sha256(self) -> str:
+        """Hash of what a solver sees (ids, deps, costs, sizes, kinds, fixed memory), not metadata."""
+        canon = {
+            "fixed_memory": self.fixed_memory,
+            "nodes": [
+                [n.id, [self.nodes[u].id for u in n.deps], float(n.cost), n.memory, n.kind]
+                for n in self.nodes
+            ],
+        }
+        text = json.dumps(canon, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    # -- structure ----------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of nodes (and of Checkmate stages)."""
+        return len(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"Graph(name={self.name!r}, nodes={self.size}, edges={self.edge_count})"
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Node id to index."""
+        return {n.id: i for i, n in enumerate(self.nodes)}
+
+    @cached_property
+    def deps(self) -> tuple[tuple[int, ...], ...]:
+        """deps[v]: indices of the nodes whose outputs v reads."""
+        return tuple(n.deps for n in self.nodes)
+
+    @cached_property
+    def users(self) -> tuple[tuple[int, ...], ...]:
+        """users[u]: indices of the nodes that read u, ascending."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for v, node in enumerate(self.nodes):
+            for u in node.deps:
+                out[u].append(v)
+        return tuple(tuple(us) for us in out)
+
+    @cached_property
+    def edges(self) -> tuple[tuple[int, int], ...]:
+        """(u, v) for every dep u of v, in node order."""
+        return tuple((u, v) for v, n in enumerate(self.nodes) for u in n.deps)
+
+    @property
+    def edge_count(self) -> int:
+        return sum(len(n.deps) for n in self.nodes)
+
+    @cached_property
+    def last_use(self) -> tuple[int, ...]:
+        """Index of the last node that reads v, or v itself when nothing does."""
+        return tuple(us[-1] if us else v for v, us in enumerate(self.users))
+
+    @cached_property
+    def cost(self) -> np.ndarray:
+        """Per-node compute cost (float64)."""
+        return np.array([n.cost for n in self.nodes], dtype=np.float64)
+
+    @cached_property
+    def memory(self) -> np.ndarray:
+        """Per-node output size in bytes (int64)."""
+        return np.array([n.memory for n in self.nodes], dtype=np.int64)
+
+    @cached_property
+    def backward(self) -> np.ndarray:
+        """True where the node is a backward (gradient) node."""
+        return np.array([n.kind == "backward" for n in self.nodes], dtype=bool)
+
+    @cached_property
+    def forward_nodes(self) -> tuple[int, ...]:
+        """Indices of forward nodes, in order."""
+        return tuple(v for v, n in enumerate(self.nodes) if n.kind == "forward")
+
+    # -- bounds -------------------------------------------------------------------------------
+
+    @cached_property
+    def base_cost(self) -> float:
+        """Cost of computing every node exactly once."""
+        return float(math.fsum(n.cost for n in self.nodes))
+
+    @cached_property
+    def min_feasible_budget(self) -> int:
+        """fixed + max over v of (memory(v) + memory of its deps): no plan fits under it."""
+        mem = [n.memory for n in self.nodes]
+        return self.fixed_memory + max(mem[v] + sum(mem[u] for u in n.deps) for v, n in enumerate(self.nodes))
+
+    @cached_property
+    def checkpoint_all_peak(self) -> int:
+        """Peak memory of the checkpoint-all plan; ``budget_ratio`` is relative to it."""
+        from ._plan import checkpoint_all_plan, simulate
+
+        return simulate(self, checkpoint_all_plan(self)).peak_memory
+
+
+# -- validation -----------------------------------------------------------------------------------
+
+
+def _read_nodes(raw_nodes: list[Any], limits: GraphLimits) -> list[Node]:
+    """Turn node objects into Nodes, checking every field; deps must name earlier nodes."""
+    position: dict[str, int] = {}
+    for i, raw in enumerate(raw_nodes):
+        if not isinstance(raw, Mapping):
+            raise InvalidGraph(f"Node #{i} must be a JSON object.", field="nodes")
+        node_id = raw.get("id")
+        if not isinstance(node_id, str) or not node_id:
+            raise InvalidGraph(f"Node #{i}: field 'id' must be a non-empty string.", field="id")
+        if node_id in position:
+            raise InvalidGraph(f"Node {node_id!r}: duplicate id (also node #{position[node_id]}).",
+                               node=node_id, field="id")
+        position[node_id] = i
+    nodes: list[Node] = []
+    edges = 0
+    for i, raw in enumerate(raw_nodes):
+        node_id = raw["id"]
+        deps = _read_deps(raw, i, position, raw_nodes)
+        edges += len(deps)
+        if edges > limits.max_edges:
+            raise InvalidGraph(f"The graph has more than {limits.max_edges} edges, the limit.", field="deps")
+        kind = raw.get("kind", "forward")
+        if kind not in _KINDS:
+            raise InvalidGraph(f"Node {node_id!r}: field 'kind' must be 'forward' or 'backward', got {kind!r}.",
+                               node=node_id, field="kind")
+        nodes.append(Node(
+            id=node_id,
+            deps=deps,
+            cost=_cost(raw.get("cost"), node_id),
+            memory=_non_negative_int(raw.get("memory"), node=node_id, field="memory"),
+            kind=kind,
+            meta={k: v for k, v in raw.items() if k not in _NODE_FIELDS},
+        ))
+    return nodes
+
+
+def _read_deps(raw: Mapping[str, Any], i: int, position: dict[str, int], raw_nodes: list[Any]) -> tuple[int, ...]:
+    node_id = raw["id"]
+    deps = raw.get("deps", [])
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise InvalidGraph(f"Node {node_id!r}: field 'deps' must be a list of node ids.", node=node_id, field="deps")
+    out: list[int] = []
+    for d in deps:
+        if d not in position:
+            raise InvalidGraph(f"Node {node_id!r}: dep {d!r} is not a node of the graph.", node=node_id, field="deps")
+        j = position[d]
+        if j == i:
+            raise InvalidGraph(f"Node {node_id!r}: it lists itself as a dep (a cycle).", node=node_id, field="deps")
+        if j > i:
+            cycle = _find_cycle(raw_nodes, position)
+            if cycle:
+                raise InvalidGraph(
+                    f"The graph has a cycle: {' -> '.join(map(repr, cycle))}.", node=cycle[0], field="deps"
+                )
+            raise InvalidGraph(
+                f"Node {node_id!r}: dep {d!r} comes later in 'nodes'; nodes must be listed in execution "
+                f"(topological) order.", node=node_id, field="deps"
+            )
+        if j not in out:
+            out.append(j)
+    return tuple(out)
+
+
+def _find_cycle(raw_nodes: list[Any], position: dict[str, int]) -> list[str]:
+    """A cycle as a list of ids (first repeated at the end), or [] if the deps are acyclic."""
+    deps = [[position[d] for d in n.get("deps", []) if d in position] for n in raw_nodes]
+    state = [0] * len(raw_nodes)  # 0 new, 1 on stack, 2 done
+    for root in range(len(raw_nodes)):
+        if state[root]:
+            continue
+        stack: list[tuple[int, int]] = [(root, 0)]
+        path: list[int] = [root]
+        state[root] = 1
+        while stack:
+            v, k = stack[-1]
+            if k < len(deps[v]):
+                stack[-1] = (v, k + 1)
+                u = deps[v][k]
+                if state[u] == 1:
+                    cyc = path[path.index(u):] + [u]
+                    return [raw_nodes[x]["id"] for x in reversed(cyc)]
+                if state[u] == 0:
+                    state[u] = 1
+                    stack.append((u, 0))
+                    path.append(u)
+            else:
+                state[v] = 2
+                stack.pop()
+                path.pop()
+    return []
+
+
+def _cost(value: Any, node_id: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidGraph(f"Node {node_id!r}: field 'cost' must be a number, got {value!r}.",
+                           node=node_id, field="cost")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidGraph(f"Node {node_id!r}: field 'cost' must be finite and >= 0, got {value!r}.",
+                           node=node_id, field="cost")
+    return float(value)
+
+
+def _non_negative_int(value: Any, *, node: str | None, field: str) -> int:
+    where = f"Node {node!r}: field {field!r}" if node is not None else f"Field {field!r}"
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidGraph(f"{where} must be a whole number of bytes, got {value!r}.", node=node, field=field)
+    if value < 0:
+        raise InvalidGraph(f"{where} must be >= 0, got {value}.", node=node, field=field)
+    return value
+
+
+def _optional_str(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidGraph(f"Field {field!r} must be a string, got {value!r}.", field=field)
+    return value
+
+
+def _check_graph(graph: Graph, limits: GraphLimits) -> None:
+    """Checks for graphs built in code rather than read from JSON."""
+    if not graph.nodes:
+        raise InvalidGraph("The graph is empty: it must hold at least one node.", field="nodes")
+    if graph.size > limits.max_nodes:
+        raise InvalidGraph(f"The graph has {graph.size} nodes; the limit is {limits.max_nodes}.", field="nodes")
+    if graph.fixed_memory < 0:
+        raise InvalidGraph("Field 'fixed_memory' must be >= 0.", field="fixed_memory")
+    if graph.edge_count > limits.max_edges:
+        raise InvalidGraph(f"The graph has {graph.edge_count} edges; the limit is {limits.max_edges}.", field="deps")
+    seen: set[str] = set()
+    for v, node in enumerate(graph.nodes):
+        if node.id in seen:
+            raise InvalidGraph(f"Node {node.id!r}: duplicate id.", node=node.id, field="id")
+        seen.add(node.id)
+        if any(not 0 <= u < v for u in node.deps):
+            raise InvalidGraph(f"Node {node.id!r}: every dep must be an earlier node.", node=node.id, field="deps")
+        if not (math.isfinite(node.cost) and node.cost >= 0):
+            raise InvalidGraph(f"Node {node.id!r}: cost must be finite and >= 0.", node=node.id, field="cost")
+        if node.memory < 0:
+            raise InvalidGraph(f"Node {node.id!r}: memory must be >= 0.", node=node.id, field="memory")
+        if node.kind not in _KINDS:
+            raise InvalidGraph(f"Node {node.id!r}: kind must be 'forward' or 'backward'.", node=node.id, field="kind")

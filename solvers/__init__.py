@@ -1,0 +1,32 @@
+"""remat.solvers: strategies that choose schedules, the strategy registry, and solve().
+
+A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``; :func:`solve` is the one
+place that turns an outcome into a simulated :class:`Result`.
+"""
+
+from ._checkpoint import checkpoint_all, checkpoint_last
+from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext
+from ._registry import STRATEGIES, get_strategy
+from ._result import RESULT_FORMAT, Result, ResultStatus
+from ._solve import solve
+from ._strategy import Strategy, check_chain, check_training_graph, every_graph
+
+__all__ = [
+    "DEFAULT_MIP_GAP",
+    "DEFAULT_TIME_LIMIT_S",
+    "RESULT_FORMAT",
+    "STRATEGIES",
+    "Outcome",
+    "Progress",
+    "Result",
+    "ResultStatus",
+    "SolveContext",
+    "Strategy",
+    "check_chain",
+    "check_training_graph",
+    "checkpoint_all",
+    "checkpoint_last",
+    "every_graph",
+    "get_strategy",
+    "solve",
+]

@@ -1,0 +1,102 @@
+"""remat.result/v1: a strategy's answer after simulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from remat.schedules import Graph, Plan, Schedule, Simulation
+
+__all__ = ["RESULT_FORMAT", "Result", "ResultStatus"]
+
+RESULT_FORMAT = "remat.result/v1"
+
+
+class ResultStatus(str, Enum):
+    """How a solve ended; the values are DESIGN.md's wire strings."""
+
+    OPTIMAL = "optimal"
+    """The plan fits and is proved optimal within the requested gap."""
+    FEASIBLE = "feasible"
+    """The plan fits; optimality is not proved."""
+    OVER_BUDGET = "over_budget"
+    """A heuristic's best plan does not fit the budget; plan and peak are still given."""
+    INFEASIBLE = "infeasible"
+    """Proved: no plan fits the budget."""
+    TIMEOUT = "timeout"
+    """Nothing was found in time and no fallback applied."""
+    CANCELLED = "cancelled"
+    """Stopped on request; the best plan found so far, if any, is given."""
+    ERROR = "error"
+    """The solver failed; ``log`` says why."""
+
+
+@dataclass
+class Result:
+    """The simulated outcome of one solve. ``cost`` and ``peak_memory`` come from the simulator."""
+
+    graph: Graph
+    strategy: str
+    backend: str | None
+    status: ResultStatus
+    budget: int
+    solve_time_s: float
+    schedule: Schedule | None = None
+    plan: Plan | None = None
+    simulation: Simulation | None = None
+    lower_bound: float | None = None
+    fallback: str | None = None
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def cost(self) -> float | None:
+        return self.simulation.cost if self.simulation else None
+
+    @property
+    def peak_memory(self) -> int | None:
+        return self.simulation.peak_memory if self.simulation else None
+
+    @property
+    def overhead(self) -> float | None:
+        if self.simulation is None or self.graph.base_cost == 0:
+            return None
+        return self.simulation.cost / self.graph.base_cost
+
+    @property
+    def gap(self) -> float | None:
+        """(cost - lower bound) / cost, when both are known."""
+        cost = self.cost
+        if cost is None or self.lower_bound is None or cost <= 0:
+            return None
+        return max(0.0, (cost - self.lower_bound) / cost)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory is not None and self.peak_memory <= self.budget
+
+    def to_json(self, *, log_tail: int = 50) -> dict[str, Any]:
+        """The remat.result/v1 document."""
+        g = self.graph
+        return {
+            "format": RESULT_FORMAT,
+            "graph_name": g.name,
+            "graph_sha256": g.sha256,
+            "strategy": self.strategy,
+            "backend": self.backend,
+            "status": self.status.value,
+            "budget": self.budget,
+            "peak_memory": self.peak_memory,
+            "cost": self.cost,
+            "base_cost": g.base_cost,
+            "overhead": self.overhead,
+            "lower_bound": self.lower_bound,
+            "gap": self.gap,
+            "min_feasible_budget": g.min_feasible_budget,
+            "checkpoint_all_peak": g.checkpoint_all_peak,
+            "solve_time_s": round(self.solve_time_s, 4),
+            "schedule": self.schedule.to_json(g) if self.schedule is not None else None,
+            "plan": self.plan.to_json(g) if self.plan is not None else None,
+            "fallback": self.fallback,
+            "log": self.log[-log_tail:],
+        }

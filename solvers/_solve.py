@@ -1,0 +1,117 @@
+"""solve(): run a strategy, turn its schedule into a plan, simulate it, report the result.
+
+This is the only path from a strategy to a user: whatever a strategy claims, the returned cost
+and peak are the simulator's, and a plan over budget is never reported as fitting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from remat.schedules import (
+    Graph,
+    InvalidRequest,
+    SolverFailed,
+    plan_from_schedule,
+    resolve_budget,
+    simulate,
+)
+
+from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext
+from ._registry import get_strategy
+from ._result import Result, ResultStatus
+
+__all__ = ["solve"]
+
+
+def solve(
+    graph: Graph,
+    *,
+    budget: int | None = None,
+    budget_ratio: float | None = None,
+    strategy: str = "checkmate",
+    backend: str = "auto",
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    mip_gap: float = DEFAULT_MIP_GAP,
+    threads: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    stop_event: threading.Event | None = None,
+) -> Result:
+    """Find a plan for ``graph`` within ``budget`` bytes (or ``budget_ratio`` of checkpoint-all's peak).
+
+    Raises InvalidRequest, UnknownStrategy or StrategyNotApplicable for requests that cannot run;
+    everything that happens once the strategy runs is reported in the Result's status.
+    """
+    started = time.monotonic()
+    limit = resolve_budget(graph, budget=budget, budget_ratio=budget_ratio)
+    strat = get_strategy(strategy)
+    if strat.backends:
+        if backend not in (*strat.backends, "auto"):
+            raise InvalidRequest(
+                f"Unknown backend {backend!r} for {strategy!r}; choose one of: auto, {', '.join(strat.backends)}.",
+                field="backend",
+            )
+    elif backend not in ("auto", None):
+        raise InvalidRequest(f"Strategy {strategy!r} uses no solver backend; leave 'backend' as 'auto'.",
+                             field="backend")
+    if not time_limit_s > 0:
+        raise InvalidRequest(f"'time_limit_s' must be > 0, got {time_limit_s!r}.", field="time_limit_s")
+    if not 0 <= mip_gap < 1:
+        raise InvalidRequest(f"'mip_gap' must be in [0, 1), got {mip_gap!r}.", field="mip_gap")
+    strat.check(graph)
+    ctx = SolveContext(
+        time_limit_s=time_limit_s,
+        mip_gap=mip_gap,
+        threads=threads or SolveContext().threads,
+        backend=backend or "auto",
+        options=dict(options or {}),
+        stop_event=stop_event or threading.Event(),
+        on_progress=on_progress,
+        started=started,
+    )
+    if limit < graph.min_feasible_budget:
+        outcome = Outcome(None, infeasible=True, log=[
+            f"budget {limit} is below min_feasible_budget {graph.min_feasible_budget}: no plan can fit"])
+    else:
+        try:
+            outcome = strat.run(graph, limit, ctx)
+        except SolverFailed as e:
+            return Result(graph, strategy, None, ResultStatus.ERROR, limit, time.monotonic() - started,
+                          log=[*ctx.log, str(e)])
+    return _finish(graph, strategy, limit, outcome, ctx, started)
+
+
+def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: SolveContext,
+            started: float) -> Result:
+    """Simulate the outcome's schedule and decide the status from what the simulation shows."""
+    log = [*ctx.log, *outcome.log]
+    result = Result(graph, strategy, outcome.backend, ResultStatus.TIMEOUT, budget, 0.0,
+                    fallback=outcome.fallback, log=log)
+    cancelled = ctx.stop_event.is_set()
+    if outcome.infeasible:
+        result.status = ResultStatus.INFEASIBLE
+    elif outcome.schedule is None:
+        result.status = ResultStatus.CANCELLED if cancelled else ResultStatus.TIMEOUT
+    else:
+        result.schedule = outcome.schedule
+        result.plan = plan_from_schedule(graph, outcome.schedule)
+        result.simulation = simulate(graph, result.plan)
+        bound = graph.base_cost if outcome.lower_bound is None else max(graph.base_cost, outcome.lower_bound)
+        result.lower_bound = min(bound, result.simulation.cost)
+        if result.simulation.peak_memory > budget:
+            result.status = ResultStatus.OVER_BUDGET
+            if outcome.optimal:
+                log.append("the strategy claimed optimality but its plan simulates over budget")
+        elif cancelled:
+            result.status = ResultStatus.CANCELLED
+        elif outcome.optimal:
+            result.status = ResultStatus.OPTIMAL
+            result.lower_bound = result.simulation.cost if outcome.lower_bound is None else result.lower_bound
+        else:
+            result.status = ResultStatus.FEASIBLE
+    result.solve_time_s = time.monotonic() - started
+    return result

@@ -1,0 +1,100 @@
+import numpy as np
+import pytest
+from factories import BENCHMARK_NAMES, benchmark_graph, chain, random_dags
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remat.schedules import (
+    InvalidSchedule,
+    Schedule,
+    checkpoint_all_plan,
+    checkpoint_all_schedule,
+    plan_from_schedule,
+    recompute_closure,
+    simulate,
+)
+
+
+@st.composite
+def graph_and_retention(draw):
+    g = draw(random_dags(max_nodes=10))
+    n = g.size
+    bits = draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
+    S = np.tril(np.array(bits, dtype=bool).reshape(n, n), k=-1)
+    return g, S
+
+
+@settings(max_examples=300, deadline=None)
+@given(graph_and_retention())
+def test_any_retention_gives_a_valid_plan_through_the_closure(case):
+    g, S = case
+    # S may only keep values that exist: a value appears in S only after a stage computed it
+    R = recompute_closure(g, S)
+    plan = plan_from_schedule(g, Schedule(R, S))
+    sim = simulate(g, plan)
+    assert sim.cost >= g.base_cost - 1e-9
+    assert sim.compute_counts.sum() == R.sum() - (R & S).sum()
+
+
+@settings(max_examples=200, deadline=None)
+@given(random_dags())
+def test_checkpoint_all_schedule_matches_checkpoint_all_plan(g):
+    sim = simulate(g, plan_from_schedule(g, checkpoint_all_schedule(g)))
+    ref = simulate(g, checkpoint_all_plan(g))
+    assert sim.cost == ref.cost == g.base_cost
+    assert sim.peak_memory == ref.peak_memory == g.checkpoint_all_peak
+
+
+@pytest.mark.parametrize("name", BENCHMARK_NAMES)
+def test_checkpoint_all_on_benchmarks(name):
+    g = benchmark_graph(name)
+    sch = checkpoint_all_schedule(g)
+    assert np.array_equal(recompute_closure(g, sch.S), sch.R)
+    assert simulate(g, plan_from_schedule(g, sch)).peak_memory == g.checkpoint_all_peak
+
+
+def test_closure_recomputes_from_the_nearest_retained_value():
+    g = chain(3)  # f0 f1 f2 loss g2 g1 g0
+    n = g.size
+    S = np.zeros((n, n), dtype=bool)
+    S[1:, 0] = True  # keep f0 forever and each stage's own node into the next stage
+    S[np.arange(1, n), np.arange(n - 1)] = True
+    R = recompute_closure(g, S)
+    f1, f2, g1 = g.index["f1"], g.index["f2"], g.index["g1"]
+    assert R[g1, f1] and not R[g1, f2] and not R[g1, 0]
+
+
+def test_json_round_trip():
+    g = chain(3)
+    sch = checkpoint_all_schedule(g)
+    back = Schedule.from_json(g, sch.to_json(g))
+    assert np.array_equal(back.R, sch.R) and np.array_equal(back.S, sch.S)
+
+
+def test_schedule_errors_name_the_stage():
+    g = chain(2)
+    n = g.size
+    R = np.eye(n, dtype=bool)
+    with pytest.raises(InvalidSchedule) as err:
+        plan_from_schedule(g, Schedule(R, np.zeros((n, n), dtype=bool)))
+    assert err.value.stage == 1 and "needs 'f0'" in str(err.value)
+    full = checkpoint_all_schedule(g)
+    S = full.S.copy()
+    S[2, 0] = False  # f0 dropped before stage 2 but claimed again at stage 3
+    with pytest.raises(InvalidSchedule, match="not resident") as err:
+        plan_from_schedule(g, Schedule(full.R, S))
+    assert err.value.stage == 3 and err.value.node == "f0"
+    with pytest.raises(InvalidSchedule, match="square"):
+        Schedule(np.zeros((2, 3), dtype=bool), np.zeros((2, 3), dtype=bool))
+    with pytest.raises(InvalidSchedule, match="stages"):
+        Schedule.from_json(g, {"stages": []})
+
+
+def test_values_are_freed_as_early_as_the_schedule_allows():
+    g = chain(3)
+    plan = plan_from_schedule(g, checkpoint_all_schedule(g))
+    assert plan == checkpoint_all_plan(g) or simulate(g, plan).peak_memory == g.checkpoint_all_peak
+    # a value nobody reads later is freed right after its compute
+    last = g.size - 1
+    k = plan.steps.index(("compute", last))
+    assert plan.steps[k + 1:] and ("free", last) in plan.steps[k + 1:]
