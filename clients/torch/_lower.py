@@ -1,0 +1,288 @@
+"""Lower a plan into the forward and backward FX graphs that run it, op for op.
+
+The plan is split at its first compute of a backward node: what is resident there is what the
+forward saves for the backward. Every ``compute`` becomes a fresh copy of the joint graph's node
+(so a value computed three times has three instances), reading the live instance of each input;
+views and ``getitem`` s are re-created right before each use, so they never outlive their reader;
+every ``free`` becomes a call to :func:`release` after which FX's code generator drops the
+instance. A random op computed more than once saves the generator state at its first compute and
+replays it at the others, so every instance draws the same numbers. An input the step updates in
+place (batch norm's running statistics) reaches the backward as a copy taken before the update.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx
+from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+
+from remat.schedules import Graph, Plan
+
+from ._capture import JointGraph
+from ._errors import PlanRejected
+
+__all__ = ["boxed_compiler", "lower", "partition_fn", "release"]
+
+
+def release(*values: Any) -> None:
+    """Where the plan frees ``values``: the generated code drops them right after this call."""
+
+
+fx.node.has_side_effect(release)
+
+
+def partition_fn(joint: JointGraph, graph: Graph, plan: Plan) -> Callable[..., tuple[fx.GraphModule, fx.GraphModule]]:
+    """An AOTAutograd ``partition_fn`` that returns the graphs running ``plan``."""
+
+    def partition(gm: fx.GraphModule, _inputs: Any, *, num_fwd_outputs: int, **_: Any) -> tuple[fx.GraphModule,
+                                                                                               fx.GraphModule]:
+        if num_fwd_outputs != joint.num_forward_outputs:
+            raise PlanRejected(f"AOTAutograd reports {num_fwd_outputs} forward outputs; the capture saw "
+                               f"{joint.num_forward_outputs}.")
+        return lower(joint, graph, plan, gm)
+
+    return partition
+
+
+def boxed_compiler(gm: fx.GraphModule, _example_inputs: Any) -> Callable[[list[Any]], Any]:
+    """Run a lowered graph with the boxed convention: it empties its argument list before it starts.
+
+    The caller's list would otherwise keep every saved tensor alive through the whole backward.
+    """
+    gm.graph.set_codegen(fx.graph._BoxedCodeGen())
+    gm.recompile()
+    forward = gm.forward
+
+    def run(args: list[Any]) -> Any:
+        return forward(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def lower(joint: JointGraph, graph: Graph, plan: Plan, gm: fx.GraphModule) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """The forward and backward graph modules that execute ``plan`` (already simulated) on ``gm``."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    missing = [p.name for p in joint.producers if p.name not in nodes]
+    if missing:
+        raise PlanRejected(f"The joint graph changed after capture: {missing[0]!r} is gone.")
+    steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
+    split = _split_point(joint, steps)
+    _check_order(joint, steps, split)
+    counts: dict[str, int] = {}
+    for op, name in steps:
+        if op == "compute":
+            counts[name] = counts.get(name, 0) + 1
+
+    fwd = _Phase(joint, nodes, counts)
+    for placeholder in joint.primals:
+        fwd.inputs[placeholder] = fwd.graph.placeholder(placeholder)
+        fwd.inputs[placeholder].meta = dict(nodes[placeholder].meta)
+    fwd.run(steps[:split])
+    forward_outputs = [fwd.output_value(i) for i in range(joint.num_forward_outputs)]
+
+    bwd = _Phase(joint, nodes, counts)
+    carried = fwd.carry_into(bwd, later=steps[split:])
+    tangents = []
+    for name in joint.tangents:
+        tangents.append(bwd.graph.placeholder(name))
+        tangents[-1].meta = dict(nodes[name].meta)
+        bwd.inputs[name] = tangents[-1]
+    bwd.lazy_inputs_before = tangents[0]
+    bwd.run(steps[split:])
+    gradients = [bwd.output_value(i) if joint.outputs[i] is not None else None
+                 for i in range(joint.num_forward_outputs, len(joint.outputs))]
+    bwd.graph.output(tuple(gradients))
+
+    saved = carried + [_pre_update_value(fwd, name) for name in bwd.lazy_inputs]
+    fwd.graph.output(tuple(forward_outputs + saved))
+    return fx.GraphModule(gm, fwd.graph), fx.GraphModule(gm, bwd.graph)
+
+
+def _pre_update_value(fwd: _Phase, name: str) -> fx.Node:
+    """The forward input ``name`` as the backward must see it: a copy if the step updates it in place."""
+    value = fwd.inputs[name]
+    if name not in fwd.joint.mutated:
+        return value
+    copy = fwd.graph.call_function(torch.ops.aten.clone.default, (value,))
+    copy.meta = dict(value.meta)
+    return copy
+
+
+def _split_point(joint: JointGraph, steps: Sequence[tuple[str, str]]) -> int:
+    """Index of the plan's first compute of a backward node: where the forward ends."""
+    backward = {p.name for p in joint.producers if p.kind == "backward"}
+    for k, (op, name) in enumerate(steps):
+        if op == "compute" and name in backward:
+            return k
+    raise PlanRejected("The plan never computes a backward node, so it has no backward pass to run.")
+
+
+def _check_order(joint: JointGraph, steps: Sequence[tuple[str, str]], split: int) -> None:
+    """Rules the simulator does not know: forward outputs come before the split, random ops in the model's order."""
+    index = joint.index
+    first: dict[str, int] = {}
+    for k, (op, name) in enumerate(steps):
+        if op == "compute":
+            first.setdefault(name, k)
+    for i in range(joint.num_forward_outputs):
+        root = joint.root.get(joint.outputs[i] or "", joint.outputs[i])
+        if root in index and first[root] >= split:
+            raise PlanRejected(f"The plan first computes {root!r}, a forward output, after the backward has started.")
+    rng = [p.name for p in joint.producers if p.rng]
+    if sorted(rng, key=first.__getitem__) != rng:
+        raise PlanRejected("The plan runs random ops in another order than the model, so they would draw "
+                           "different numbers than the unpatched model.")
+
+
+class _Phase:
+    """One of the two graphs being built: the live instance of every resident producer, by name."""
+
+    def __init__(self, joint: JointGraph, nodes: dict[str, fx.Node], counts: dict[str, int]) -> None:
+        self.joint = joint
+        self.nodes = nodes
+        self.counts = counts
+        self.graph = fx.Graph()
+        self.inputs: dict[str, fx.Node] = {}
+        self.current: dict[str, fx.Node | dict[int, fx.Node]] = {}
+        """Live instance of each resident producer; a saved multi-output one is a dict of its elements."""
+        self.rng_state: dict[str, fx.Node] = {}
+        self.captured: dict[int, fx.Node] = {}
+        self.computed: set[str] = set()
+        self.lazy_inputs: list[str] = []
+        self.lazy_inputs_before: fx.Node | None = None
+        self._pending_free: list[fx.Node] = []
+        self._outputs_of = _outputs_by_root(joint)
+
+    def run(self, steps: Sequence[tuple[str, str]]) -> None:
+        for op, name in steps:
+            if op == "free":
+                instance = self.current.pop(name)
+                self._pending_free.extend(instance.values() if isinstance(instance, dict) else [instance])
+                continue
+            self._flush_frees()
+            self.current[name] = self._compute(name)
+            if name not in self.computed:
+                self._capture_outputs(name)
+            self.computed.add(name)
+        self._flush_frees()
+
+    def _compute(self, name: str) -> fx.Node:
+        node = self.nodes[name]
+        producer = self.joint.index[name]
+        if not producer.rng or self.counts[name] == 1:
+            return self.graph.node_copy(node, self._arg)
+        args = fx.node.map_arg(node.args, self._arg)
+        kwargs = fx.node.map_arg(node.kwargs, self._arg)
+        if name in self.rng_state:
+            instance = self.graph.call_function(run_with_rng_state, (self.rng_state[name], node.target, *args), kwargs)
+        else:
+            pair = self.graph.call_function(run_and_save_rng_state, (node.target, *args), kwargs)
+            self.rng_state[name] = self.graph.call_function(operator.getitem, (pair, 0))
+            self.rng_state[name].meta["val"] = _fake_rng_state(node)
+            instance = self.graph.call_function(operator.getitem, (pair, 1))
+        instance.meta = dict(node.meta)
+        return instance
+
+    def _arg(self, node: fx.Node) -> fx.Node:
+        """The node of this phase holding the value of the joint graph's ``node``."""
+        name = node.name
+        if name in self.current:
+            return self._instance(name)
+        if name in self.joint.parent:
+            parent = self.joint.parent[name]
+            elements = self.current.get(parent)
+            if isinstance(elements, dict):
+                return elements[node.args[1]]
+            return self.graph.node_copy(node, lambda _: self._arg(self.nodes[parent]))
+        if name in self.inputs:
+            return self.inputs[name]
+        if name in self.joint.primals:
+            return self._lazy_input(name)
+        raise PlanRejected(f"The plan reads {name!r} when it is not resident.")
+
+    def _instance(self, name: str) -> fx.Node:
+        instance = self.current[name]
+        if isinstance(instance, dict):
+            raise PlanRejected(f"{name!r} is a multi-output op read whole after the split; remat cannot run that.")
+        return instance
+
+    def _lazy_input(self, name: str) -> fx.Node:
+        """A forward input the backward reads: a placeholder of its own, passed on by the forward."""
+        with self.graph.inserting_before(self.lazy_inputs_before):
+            self.inputs[name] = self.graph.placeholder(name)
+        self.inputs[name].meta = dict(self.nodes[name].meta)
+        self.lazy_inputs.append(name)
+        return self.inputs[name]
+
+    def _flush_frees(self) -> None:
+        if self._pending_free:
+            self.graph.call_function(release, tuple(self._pending_free))
+            self._pending_free = []
+
+    def _capture_outputs(self, name: str) -> None:
+        """Hold the step's outputs that live in ``name`` from its first instance on."""
+        for i in self._outputs_of.get(name, ()):
+            self.captured[i] = self._arg(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
+
+    def output_value(self, i: int) -> fx.Node:
+        """The node for the joint graph's output ``i`` at the end of this phase."""
+        if i in self.captured:
+            return self.captured[i]
+        return self._arg(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
+
+    def carry_into(self, later_phase: _Phase, *, later: Sequence[tuple[str, str]]) -> list[fx.Node]:
+        """Hand what is live at the split to ``later_phase`` as its placeholders; return this phase's nodes."""
+        later_names = {name for op, name in later if op == "compute"}
+        carried: list[fx.Node] = []
+
+        def carry(value: fx.Node, label: str) -> fx.Node:
+            placeholder = later_phase.graph.placeholder(label)
+            placeholder.meta = dict(value.meta)
+            carried.append(value)
+            return placeholder
+
+        for name, value in self.current.items():
+            if isinstance(value, dict):
+                raise PlanRejected(f"{name!r} is carried twice; a plan has one forward and one backward.")
+            val = self.nodes[name].meta.get("val")
+            if not isinstance(val, (list, tuple)):
+                later_phase.current[name] = carry(value, f"saved_{name}")
+                continue
+            elements: dict[int, fx.Node] = {}
+            for k, element in enumerate(val):
+                if isinstance(element, torch.Tensor):
+                    item = self.graph.call_function(operator.getitem, (value, k))
+                    item.meta = {"val": element}
+                    elements[k] = carry(item, f"saved_{name}_{k}")
+            later_phase.current[name] = elements
+        for name, state in self.rng_state.items():
+            if name in later_names:
+                later_phase.rng_state[name] = carry(state, f"rng_state_{name}")
+        for i, value in self.captured.items():
+            if i >= self.joint.num_forward_outputs:
+                later_phase.captured[i] = carry(value, f"output_{i}")
+        later_phase.computed = set(self.computed)
+        return carried
+
+
+def _fake_rng_state(node: fx.Node) -> torch.Tensor:
+    """A fake tensor shaped like the generator state saved for ``node`` (AOTAutograd reads saved values' metadata)."""
+    val = node.meta["val"]
+    first = val[0] if isinstance(val, (list, tuple)) else val
+    device = first.device
+    state = torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device)
+    return first.fake_mode.from_tensor(state)
+
+
+def _outputs_by_root(joint: JointGraph) -> dict[str, list[int]]:
+    """For each producer, the indices of the joint outputs that live in its storage."""
+    out: dict[str, list[int]] = {}
+    for i, name in enumerate(joint.outputs):
+        if name is not None:
+            out.setdefault(joint.root.get(name, name), []).append(i)
+    return out

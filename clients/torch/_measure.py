@@ -1,0 +1,162 @@
+"""Measuring a training step: its activation peak and its time, on the CPU or a CUDA device.
+
+On the CPU, :class:`LiveBytes` counts the bytes of every storage created while it is active and
+reads the total right after each op, the simulator's rule, so a plan's simulated peak can be
+checked to the byte. On CUDA, the allocator's peak is used (it adds rounding and workspaces).
+Times are medians of repeated runs: CUDA events on a GPU, the wall clock on the CPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["LiveBytes", "StepTime", "activation_peak", "time_call"]
+
+
+@dataclass
+class _Allocation:
+    nbytes: int
+    born: int
+    died: int | None = None
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the storages created under the mode that are still alive, and their peak after each op.
+
+    Storages that exist before the mode starts (parameters, inputs) are not counted. Run one
+    warm-up step outside the mode first: tracing and compilation create storages of their own.
+
+    Examples
+    --------
+    >>> with LiveBytes() as live:
+    ...     a = torch.ones(256)           # 1 KiB
+    ...     b = a * 2                     # 1 KiB more: peak 2 KiB
+    ...     del a
+    ...     c = b + 1                     # 1 KiB freed, 1 KiB made: still 2 KiB
+    >>> live.peak, live.current
+    (2048, 2048)
+    """
+
+    supports_higher_order_operators = True
+    """Random-state replay (a higher-order op) runs through the count like any other op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self.timeline: list[int] = []
+        self._allocations: list[_Allocation] = []
+        self._live: dict[int, _Allocation] = {}
+        self._refs: list[weakref.ref[Any]] = []
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile trace through while the mode is active (it counts the compiled code's storages)."""
+        return True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        seen = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self._track(t.untyped_storage(), seen)
+        self.timeline.append(self.current)
+        self.peak = max(self.peak, self.current)
+        return out
+
+    def _track(self, storage: torch.UntypedStorage, seen: set[int]) -> None:
+        key = storage._cdata
+        if key in seen or key in self._live:
+            return
+        seen.add(key)
+        record = _Allocation(storage.nbytes(), born=len(self.timeline))
+        self._allocations.append(record)
+        self._live[key] = record
+        self.current += record.nbytes
+        self._refs.append(weakref.ref(storage, lambda _, key=key: self._release(key)))
+
+    def _release(self, key: int) -> None:
+        record = self._live.pop(key, None)
+        if record is not None:
+            record.died = len(self.timeline)
+            self.current -= record.nbytes
+
+    def peak_excluding(self, tensors: Iterable[torch.Tensor | None]) -> int:
+        """The peak with the storages of ``tensors`` (alive now, such as gradients) left out throughout."""
+        keys = {t.untyped_storage()._cdata for t in tensors if t is not None}
+        delta = [0] * (len(self.timeline) + 1)
+        for key in keys:
+            record = self._live.get(key)
+            if record is not None:
+                delta[record.born] += record.nbytes
+        peak, excluded = 0, 0
+        for k, total in enumerate(self.timeline):
+            excluded += delta[k]
+            peak = max(peak, total - excluded)
+        return peak
+
+
+def activation_peak(step: Callable[[], Any], parameters: Iterable[torch.Tensor]) -> int:
+    """Peak bytes one training step adds to what is resident before it, gradients left out on the CPU.
+
+    ``step`` runs forward and backward (``.grad`` of ``parameters`` should be None before it). On
+    the CPU the count is exact (:class:`LiveBytes`), with the step's gradients treated as fixed
+    memory as remat's graphs do; on CUDA it is the allocator's peak above the bytes allocated
+    before the step, gradients included.
+    """
+    parameters = list(parameters)
+    device = parameters[0].device if parameters else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - base)
+    with LiveBytes() as live:
+        step()
+    return live.peak_excluding(p.grad for p in parameters)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per run over repeated runs: the median and the spread of the middle half."""
+
+    median_s: float
+    q1_s: float
+    q3_s: float
+    runs: int
+
+
+def time_call(fn: Callable[[], Any], *, device: torch.device, repeats: int = 5, warmup: int = 1) -> StepTime:
+    """Time ``fn`` on ``device``: CUDA events on a GPU, the wall clock on the CPU; medians are robust to noise."""
+    for _ in range(warmup):
+        fn()
+    samples = [_once(fn, device) for _ in range(repeats)]
+    if len(samples) >= 4:
+        q1, _, q3 = statistics.quantiles(samples, n=4)
+    else:
+        q1, q3 = min(samples), max(samples)
+    return StepTime(statistics.median(samples), q1, q3, len(samples))
+
+
+def _once(fn: Callable[[], Any], device: torch.device) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1e3
+    begin = time.perf_counter()
+    fn()
+    return time.perf_counter() - begin
