@@ -61,6 +61,20 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("strategies", help="list the strategies and their backends")
     p.set_defaults(run=_strategies)
+
+    p = sub.add_parser("serve", help="run the HTTP service (embedded executor, or a Redis queue with --queue)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1; REMAT_HOST)")
+    p.add_argument("--port", type=int, help="port (default 8000; REMAT_PORT)")
+    p.add_argument("--data-dir", help="where the embedded job store lives (default ~/.local/share/remat)")
+    p.add_argument("--queue", metavar="URL", help="redis://HOST:PORT/DB: cluster mode, solves run on `remat worker`s")
+    p.add_argument("--slots", type=int, help="solves the embedded executor runs at once (REMAT_SLOTS)")
+    p.set_defaults(run=_serve)
+
+    p = sub.add_parser("worker", help="run solves from a Redis queue (cluster mode)")
+    p.add_argument("--queue", metavar="URL", help="redis://HOST:PORT/DB (REMAT_QUEUE_URL)")
+    p.add_argument("--name", help="worker name (default: random)")
+    p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
+    p.set_defaults(run=_worker)
     return parser
 
 
@@ -114,6 +128,21 @@ def _validate(args: argparse.Namespace) -> int:
           f"min feasible budget {format_size(g.min_feasible_budget)} ({g.min_feasible_budget} B); "
           f"checkpoint-all peak {format_size(g.checkpoint_all_peak)} ({g.checkpoint_all_peak} B); "
           f"smallest feasible ratio {g.min_feasible_budget / g.checkpoint_all_peak:.3f}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from remat.service import load_settings, serve
+
+    serve(load_settings(host=args.host, port=args.port, data_dir=args.data_dir, queue_url=args.queue,
+                        slots=args.slots))
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from remat.service import load_settings, work
+
+    work(load_settings(queue_url=args.queue), burst=args.burst, name=args.name)
     return 0
 
 

@@ -10,23 +10,28 @@ from ._registry import STRATEGIES, get_strategy
 from ._result import RESULT_FORMAT, Result, ResultStatus
 from ._solve import solve
 from ._strategy import Strategy, check_chain, check_training_graph, every_graph
+from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets
 
 __all__ = [
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
     "RESULT_FORMAT",
     "STRATEGIES",
+    "SWEEP_POINTS",
     "Outcome",
     "Progress",
     "Result",
     "ResultStatus",
     "SolveContext",
     "Strategy",
+    "SweepPlan",
     "check_chain",
     "check_training_graph",
     "checkpoint_all",
     "checkpoint_last",
     "every_graph",
     "get_strategy",
+    "plan_sweep",
     "solve",
+    "sweep_budgets",
 ]

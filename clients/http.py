@@ -1,0 +1,196 @@
+"""A client for the remat service's HTTP API (``remat solve --server``, scripts, the dashboard's tests).
+
+>>> with Client("http://127.0.0.1:8000") as remat:          # doctest: +SKIP
+...     result = remat.solve(graph, budget_ratio=0.8, strategy="checkmate", time_limit_s=60)
+
+Problem documents become :class:`ServiceError` (a :class:`remat.schedules.RematError`), whose
+message is the server's ``detail``; ``status`` and ``problem`` keep the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from remat.schedules import Graph, RematError
+
+__all__ = ["Client", "ServiceError"]
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class ServiceError(RematError):
+    """The service refused a request or a job failed; ``status`` is the HTTP status (0 for a failed job)."""
+
+    def __init__(self, message: str, *, status: int, problem: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.problem = dict(problem or {})
+
+
+class Client:
+    """Talks to one remat service.
+
+    Parameters
+    ----------
+    url : str
+        The service's base URL, e.g. ``http://127.0.0.1:8000``.
+    token : str, optional
+        Bearer token; default ``$REMAT_TOKEN`` when set.
+    timeout_s : float
+        Seconds for one HTTP exchange (a long solve is polled, not waited for in one request).
+    """
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 30.0) -> None:
+        token = token if token is not None else os.environ.get("REMAT_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- solves ------------------------------------------------------------------------------------
+
+    def submit(self, graph: Graph | Mapping[str, Any], *, budget: int | None = None,
+               budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
+               time_limit_s: float | None = None, mip_gap: float | None = None) -> dict[str, Any]:
+        """Submit a solve and return its job at once (``status`` says whether it has already ended)."""
+        response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
+                                    backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, wait_s=0)
+        if response.status_code == 202:
+            job: dict[str, Any] = response.json()
+            return job
+        return self.job(response.headers["Content-Location"].rsplit("/", 1)[-1])
+
+    def solve(self, graph: Graph | Mapping[str, Any], *, budget: int | None = None,
+              budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
+              time_limit_s: float | None = None, mip_gap: float | None = None,
+              wait_s: float = 10.0) -> dict[str, Any]:
+        """Solve and return the remat.result/v1, polling the job for as long as the solve takes.
+
+        Raises ServiceError when the request is refused or the job fails without a result.
+        """
+        response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
+                                    backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, wait_s=wait_s)
+        if response.status_code == 200:
+            result: dict[str, Any] = response.json()
+            return result
+        return self.result(response.json()["id"])
+
+    def _post_solve(self, graph: Graph | Mapping[str, Any], **options: Any) -> httpx.Response:
+        return self._request("POST", "/v1/solve", json=_without_none({"graph": _graph_doc(graph), **options}))
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """The job as the service shows it: status, progress, error and (once done) result."""
+        job: dict[str, Any] = self._request("GET", f"/v1/jobs/{job_id}").json()
+        return job
+
+    def wait(self, job_id: str, *, timeout_s: float | None = None, poll_s: float = 0.5) -> dict[str, Any]:
+        """The job once it has ended (or as it stands after ``timeout_s``)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if job["status"] in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
+                return job
+            time.sleep(poll_s)
+
+    def result(self, job_id: str) -> dict[str, Any]:
+        """The job's remat.result/v1 once it has ended; ServiceError when it ended without one."""
+        job = self.wait(job_id)
+        if job["result"] is None:
+            raise ServiceError(f"Job {job_id} {job['status']}: {job['error'] or 'no result'}", status=0,
+                               problem=job)
+        result: dict[str, Any] = job["result"]
+        return result
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Ask the service to stop the job; it keeps the best plan found so far."""
+        job: dict[str, Any] = self._request("POST", f"/v1/jobs/{job_id}/cancel").json()
+        return job
+
+    def events(self, job_id: str) -> Iterator[dict[str, Any]]:
+        """The job's server-sent events, as ``{"event", "id", "data"}``, until it has ended."""
+        import json
+
+        with self._http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=None) as response:
+            _raise_for_problem(response, streamed=True)
+            event: dict[str, Any] = {}
+            for line in response.iter_lines():
+                if not line:
+                    if "data" in event:
+                        yield event
+                    event = {}
+                elif not line.startswith(":"):
+                    key, _, value = line.partition(":")
+                    event[key] = json.loads(value) if key == "data" else value.strip()
+
+    def jobs(self, *, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+        params = _without_none({"limit": limit, "status": status})
+        jobs: list[dict[str, Any]] = self._request("GET", "/v1/jobs", params=params).json()["jobs"]
+        return jobs
+
+    # -- sweeps and the rest -----------------------------------------------------------------------
+
+    def sweep(self, graph: Graph | Mapping[str, Any], *, strategies: Sequence[str] | None = None,
+              budgets: Sequence[int] | None = None, backend: str = "auto", time_limit_s: float | None = None,
+              mip_gap: float | None = None) -> dict[str, Any]:
+        """Start a sweep; returns its summary (``id``, ``status``, counts). Poll it with get_sweep."""
+        body = _without_none({"graph": _graph_doc(graph), "strategies": strategies, "budgets": budgets,
+                              "backend": backend, "time_limit_s": time_limit_s, "mip_gap": mip_gap})
+        sweep: dict[str, Any] = self._request("POST", "/v1/sweeps", json=body).json()
+        return sweep
+
+    def get_sweep(self, sweep_id: str) -> dict[str, Any]:
+        """The sweep: status, its jobs' statuses and every result so far."""
+        sweep: dict[str, Any] = self._request("GET", f"/v1/sweeps/{sweep_id}").json()
+        return sweep
+
+    def wait_sweep(self, sweep_id: str, *, poll_s: float = 1.0) -> dict[str, Any]:
+        while True:
+            sweep = self.get_sweep(sweep_id)
+            if sweep["status"] in TERMINAL:
+                return sweep
+            time.sleep(poll_s)
+
+    def strategies(self) -> dict[str, Any]:
+        listing: dict[str, Any] = self._request("GET", "/v1/strategies").json()
+        return listing
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise ServiceError(f"Cannot reach the remat service at {self._http.base_url}: {e}.", status=0) from e
+        _raise_for_problem(response)
+        return response
+
+
+def _raise_for_problem(response: httpx.Response, *, streamed: bool = False) -> None:
+    if response.status_code < 400:
+        return
+    if streamed:
+        response.read()
+    try:
+        problem = response.json()
+        detail = problem.get("detail") or problem.get("title") or response.reason_phrase
+    except ValueError:
+        problem, detail = {}, response.text[:500] or response.reason_phrase
+    raise ServiceError(f"{response.status_code} {detail}", status=response.status_code, problem=problem)
+
+
+def _graph_doc(graph: Graph | Mapping[str, Any]) -> dict[str, Any]:
+    return graph.to_json() if isinstance(graph, Graph) else dict(graph)
+
+
+def _without_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}

@@ -1,0 +1,181 @@
+"""One solve in its own process group: the child's entry point and the parent's handle on it.
+
+The child runs :func:`remat.solvers.solve`. SIGTERM sets the solve's ``stop_event``, so the
+strategy returns its best plan so far; a thread turns the signal into the event even while the
+main thread is inside a solver's C code. When the parent disappears the child kills its own group,
+so no solver outlives the runner that started it. The parent reads progress and the result from a
+pipe and stops the child in two steps: SIGTERM to the child, then SIGKILL to its whole group.
+
+Children come from a forkserver that has imported remat.solvers once (the API process has threads,
+so it must not fork itself), which makes starting a solve cheap.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict
+from multiprocessing import forkserver
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext
+from typing import Any
+
+from remat.schedules import Graph, RematError
+from remat.solvers import Progress, solve
+
+from ._jobs import SolveSpec
+
+__all__ = ["SolverProcess", "solver_context"]
+
+PROGRESS_INTERVAL_S = 0.2
+"""Seconds between two progress messages from a child (more frequent reports are dropped)."""
+
+Message = tuple[str, Any]
+"""("progress", Progress JSON), ("result", remat.result/v1) or ("error", text)."""
+
+
+def solver_context() -> ForkServerContext:
+    """The context solver children come from: a forkserver, started now, that has imported the solvers."""
+    ctx = multiprocessing.get_context("forkserver")
+    assert isinstance(ctx, ForkServerContext)
+    ctx.set_forkserver_preload([__name__])
+    forkserver.ensure_running()
+    return ctx
+
+
+class SolverProcess:
+    """A running solve in a child process group, seen from the parent."""
+
+    def __init__(self, spec: SolveSpec, graph_doc: Mapping[str, Any], *, threads: int,
+                 ctx: ForkServerContext | None = None) -> None:
+        ctx = ctx or solver_context()
+        self._conn, child_conn = ctx.Pipe(duplex=True)
+        self._process = ctx.Process(target=_main, args=(child_conn, asdict(spec), graph_doc, threads),
+                                    name=f"remat-solve-{spec.job_id[:12]}")
+        self._process.start()
+        child_conn.close()
+        self._eof = False
+
+    @property
+    def pid(self) -> int:
+        pid = self._process.pid
+        assert pid is not None
+        return pid
+
+    def receive(self, timeout_s: float) -> list[Message]:
+        """Messages the child sent, waiting up to ``timeout_s`` for the first one."""
+        messages: list[Message] = []
+        wait = timeout_s
+        while not self._eof and self._conn.poll(wait):
+            try:
+                messages.append(self._conn.recv())
+            except (EOFError, OSError):
+                self._eof = True
+            wait = 0
+        if self._eof and not messages:
+            self._process.join(timeout_s)
+        return messages
+
+    def alive(self) -> bool:
+        return not self._eof or self._process.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the child to exit."""
+        self._process.join(timeout_s)
+
+    def terminate(self) -> None:
+        """Ask the solve to stop and return its best plan (SIGTERM to the child)."""
+        self._signal(signal.SIGTERM, group=False)
+
+    def kill(self) -> None:
+        """Kill the child and everything it started (SIGKILL to its process group)."""
+        self._signal(signal.SIGKILL, group=True)
+
+    def _signal(self, sig: signal.Signals, *, group: bool) -> None:
+        try:
+            if group:
+                os.killpg(self.pid, sig)
+            else:
+                os.kill(self.pid, sig)
+        except ProcessLookupError:
+            if group:  # the child has not made its group yet, or it is gone
+                self._signal(sig, group=False)
+        except PermissionError:  # the group id was reused by an unrelated process
+            pass
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Kill what is left of the child and free the pipe."""
+        self._process.join(0 if not self._process.is_alive() else 0.01)
+        if self._process.is_alive():
+            self.kill()
+            self._process.join(timeout_s)
+        self._conn.close()
+
+
+# -- the child ------------------------------------------------------------------------------------
+
+
+def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any], threads: int) -> None:
+    os.setpgid(0, 0)
+    stop, finished = threading.Event(), threading.Event()
+    _stop_on_sigterm(stop)
+    threading.Thread(target=_die_with_parent, args=(conn, finished), name="parent-watch", daemon=True).start()
+    try:
+        spec = SolveSpec.from_json(spec_doc)
+        result = solve(Graph.from_json(graph_doc), budget=spec.budget, strategy=spec.strategy,
+                       backend=spec.backend, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap,
+                       threads=threads, on_progress=_progress_sender(conn), stop_event=stop)
+        message: Message = ("result", result.to_json())
+    except RematError as e:
+        message = ("error", f"{type(e).__name__}: {e}")
+    except Exception:
+        message = ("error", traceback.format_exc(limit=20))
+    finished.set()
+    conn.send(message)
+
+
+def _stop_on_sigterm(stop: threading.Event) -> None:
+    """SIGTERM sets ``stop`` at once: the C-level handler wakes a thread through a pipe."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+
+    def watch() -> None:
+        while True:
+            if signal.SIGTERM in os.read(read_fd, 64):
+                stop.set()
+
+    threading.Thread(target=watch, name="sigterm-watch", daemon=True).start()
+
+
+def _die_with_parent(conn: Connection, finished: threading.Event) -> None:
+    """The parent never writes: end of file means it is gone, and so must be this solve."""
+    try:
+        conn.recv()
+    except (EOFError, OSError):
+        pass
+    if not finished.is_set():
+        os.killpg(0, signal.SIGKILL)
+
+
+def _progress_sender(conn: Connection) -> Any:
+    last = 0.0
+
+    def send(progress: Progress) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= PROGRESS_INTERVAL_S:
+            last = now
+            conn.send(("progress", progress.to_json()))
+
+    return send

@@ -1,0 +1,33 @@
+"""Errors only the service raises, in remat's tree so one handler maps them all to problem documents.
+
+::
+
+    RematError
+    ├── Unauthorized   no valid bearer token (401)
+    ├── TooManyJobs    the token has its maximum of queued and running jobs (429, Retry-After)
+    └── QueueFull      the queue holds its maximum of jobs (503, Retry-After)
+"""
+
+from __future__ import annotations
+
+from remat.schedules import RematError
+
+__all__ = ["QueueFull", "TooManyJobs", "Unauthorized"]
+
+
+class Unauthorized(RematError):
+    """The request has no bearer token, or one the service does not accept."""
+
+
+class _Busy(RematError):
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TooManyJobs(_Busy):
+    """The token already has as many queued or running jobs as it may; retry after ``retry_after_s``."""
+
+
+class QueueFull(_Busy):
+    """The service's queue is full; retry after ``retry_after_s``."""

@@ -1,0 +1,48 @@
+"""What the API needs from whatever runs its jobs, and the choice between the two executors."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ._jobs import Job
+from ._settings import Settings
+from ._store import JobStore
+
+__all__ = ["Executor", "open_executor"]
+
+
+class Executor(Protocol):
+    """Runs the jobs of one store: the embedded slots, or the RQ queue in front of ``remat worker``s."""
+
+    @property
+    def store(self) -> JobStore:
+        """The store whose jobs it runs."""
+
+    def start(self) -> None:
+        """Begin running jobs (and recover those a previous process left behind)."""
+
+    def dispatch(self, job: Job) -> None:
+        """A job has (again) become queued: make sure something will run it."""
+
+    def cancel(self, job: Job) -> None:
+        """A job was cancelled: drop what the executor holds for it (a running solve stops by itself)."""
+
+    def ready(self) -> bool:
+        """True while jobs can be accepted and run."""
+
+    def close(self) -> None:
+        """Stop; running solves are killed and their jobs queued again."""
+
+
+def open_executor(settings: Settings) -> Executor:
+    """The embedded executor with its SQLite store, or the RQ executor with its Redis store (``queue_url``)."""
+    policy = {"lease_s": settings.lease_s, "max_attempts": settings.max_attempts}
+    if settings.queue_url:
+        from ._cluster import QueueExecutor
+        from ._redis import RedisStore
+
+        return QueueExecutor(RedisStore.from_url(settings.queue_url, **policy), settings)
+    from ._local import LocalExecutor
+    from ._sqlite import SqliteStore
+
+    return LocalExecutor(SqliteStore(settings.data_dir / "jobs.sqlite3", **policy), settings)

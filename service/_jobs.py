@@ -1,0 +1,291 @@
+"""Jobs: the canonical request that names a job, the job record, and the transitions between states.
+
+A job's id is the sha256 of its canonical request, so identical requests share one job. The record
+changes only through the transitions below: each is a pure function from the stored record to the
+next one, or None when it does not apply, and a store applies it atomically::
+
+    queued --claim--> running --finish--> succeeded | failed | cancelled
+      ^  \\                |  \\--lose, attempts left--> queued
+      |   \\--cancel-->    |   \\-lose, none left-----> failed
+      |     cancelled      \\--release (shutdown, attempt not counted)--> queued
+      \\--resubmit-- failed | cancelled | succeeded whose result is not reusable
+
+A runner's writes carry its :class:`Claim` (owner and attempt number), so a runner that lost its
+job to the reaper can no longer change it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from enum import StrEnum
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from remat.schedules import UnknownStrategy
+from remat.solvers import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, ResultStatus, get_strategy
+
+__all__ = [
+    "Claim",
+    "Job",
+    "JobStatus",
+    "SolveSpec",
+    "claim",
+    "fail",
+    "finish",
+    "lose",
+    "lost_reason",
+    "new_job",
+    "owner_alive",
+    "owner_name",
+    "remat_version",
+    "release",
+    "renew",
+    "request_cancel",
+    "resubmit",
+    "reusable",
+]
+
+JOB_FORMAT = "remat.job/v1"
+_PROVED = {ResultStatus.OPTIMAL.value, ResultStatus.INFEASIBLE.value}
+_UNFINISHED_RESULTS = {ResultStatus.TIMEOUT.value, ResultStatus.CANCELLED.value, ResultStatus.ERROR.value}
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life; the values are DESIGN.md's wire strings."""
+
+    QUEUED = "queued"
+    """Waiting for a free slot or worker."""
+    RUNNING = "running"
+    """A solver process is working on it."""
+    SUCCEEDED = "succeeded"
+    """The solve ended and its remat.result/v1 is stored (its own status says how it ended)."""
+    FAILED = "failed"
+    """The solve could not finish: ``error`` says why."""
+    CANCELLED = "cancelled"
+    """Stopped on request; the best plan found before the stop, if any, is the result."""
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+@cache
+def remat_version() -> str:
+    """The installed remat's version; part of every job id, so a new release solves afresh."""
+    try:
+        return metadata.version("remat")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class SolveSpec:
+    """Everything that determines a solve's answer; its hash is the job id."""
+
+    graph_sha256: str
+    budget: int
+    strategy: str
+    backend: str = "auto"
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    mip_gap: float = DEFAULT_MIP_GAP
+
+    @property
+    def job_id(self) -> str:
+        canon = {"format": JOB_FORMAT, "remat": remat_version(), **asdict(self),
+                 "time_limit_s": float(self.time_limit_s), "mip_gap": float(self.mip_gap)}
+        text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> SolveSpec:
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A runner's hold on a job: only the owner of this attempt may renew or finish it."""
+
+    job_id: str
+    owner: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """The stored record of one job. ``result`` is loaded only when asked for."""
+
+    id: str
+    spec: SolveSpec
+    status: JobStatus
+    graph_name: str = ""
+    token: str | None = None
+    """Id of the token that submitted it (a hash, never the token), for per-token limits."""
+    attempts: int = 0
+    owner: str | None = None
+    solver_pid: int | None = None
+    lease_until: float | None = None
+    cancel_requested: bool = False
+    progress: Mapping[str, Any] | None = None
+    result_status: str | None = None
+    error: str | None = None
+    created_at: float = 0.0
+    queued_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    history: tuple[str, ...] = ()
+    """What happened to earlier attempts (lost runners, restarts), oldest first."""
+    result: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON record a store keeps (everything but the result)."""
+        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "result"}
+        doc.update(spec=asdict(self.spec), status=self.status.value, history=list(self.history),
+                   progress=dict(self.progress) if self.progress is not None else None)
+        return doc
+
+    @classmethod
+    def from_record(cls, doc: Mapping[str, Any], result: Mapping[str, Any] | None = None) -> Job:
+        return cls(**{**doc, "spec": SolveSpec.from_json(doc["spec"]), "status": JobStatus(doc["status"]),
+                      "history": tuple(doc["history"]), "result": result})
+
+
+def new_job(spec: SolveSpec, *, graph_name: str, token: str | None, now: float) -> Job:
+    return Job(spec.job_id, spec, JobStatus.QUEUED, graph_name=graph_name, token=token, created_at=now,
+               queued_at=now)
+
+
+def reusable(job: Job) -> bool:
+    """True when a finished job's result answers an identical request for good.
+
+    Proofs (optimal, infeasible) always do; so does any finished result of a strategy without a
+    solver backend, since every heuristic is deterministic. A time-limited MILP incumbent does not.
+    """
+    if job.status is not JobStatus.SUCCEEDED or job.result_status in _UNFINISHED_RESULTS:
+        return False
+    if job.result_status in _PROVED:
+        return True
+    try:
+        return not get_strategy(job.spec.strategy).backends
+    except UnknownStrategy:
+        return False
+
+
+# -- transitions: each returns the next record, or None when it does not apply ---------------------
+
+
+def resubmit(job: Job, *, now: float, token: str | None) -> Job | None:
+    if not job.status.terminal or reusable(job):
+        return None
+    return new_job(job.spec, graph_name=job.graph_name, token=token, now=now)
+
+
+def claim(job: Job, *, owner: str, now: float, lease_s: float) -> Job | None:
+    if job.status is not JobStatus.QUEUED:
+        return None
+    return replace(job, status=JobStatus.RUNNING, attempts=job.attempts + 1, owner=owner, solver_pid=None,
+                   lease_until=now + lease_s, started_at=now, progress=None, error=None)
+
+
+def _held(job: Job, by: Claim) -> bool:
+    return job.status is JobStatus.RUNNING and job.owner == by.owner and job.attempts == by.attempt
+
+
+def renew(job: Job, by: Claim, *, now: float, lease_s: float, progress: Mapping[str, Any] | None = None,
+          solver_pid: int | None = None) -> Job | None:
+    if not _held(job, by):
+        return None
+    return replace(job, lease_until=now + lease_s, progress=progress if progress is not None else job.progress,
+                   solver_pid=solver_pid if solver_pid is not None else job.solver_pid)
+
+
+def finish(job: Job, by: Claim, *, now: float, result: Mapping[str, Any]) -> Job | None:
+    """The solve returned a remat.result/v1; the job's status follows the result's."""
+    if not _held(job, by):
+        return None
+    status = {ResultStatus.CANCELLED.value: JobStatus.CANCELLED,
+              ResultStatus.ERROR.value: JobStatus.FAILED}.get(result["status"], JobStatus.SUCCEEDED)
+    error = ("; ".join(result.get("log", [])[-3:]) or "the solver failed") if status is JobStatus.FAILED else None
+    return replace(job, status=status, result_status=result["status"], error=error, finished_at=now,
+                   lease_until=None)
+
+
+def fail(job: Job, by: Claim, *, now: float, error: str, cancelled: bool = False) -> Job | None:
+    """The solve ended without a result: it crashed, was killed, or was cancelled before any plan."""
+    if not _held(job, by):
+        return None
+    return replace(job, status=JobStatus.CANCELLED if cancelled else JobStatus.FAILED, error=error,
+                   finished_at=now, lease_until=None)
+
+
+def request_cancel(job: Job, *, now: float) -> Job | None:
+    if job.status is JobStatus.QUEUED:
+        return replace(job, status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now,
+                       error="cancelled before it started")
+    if job.status is JobStatus.RUNNING and not job.cancel_requested:
+        return replace(job, cancel_requested=True)
+    return None
+
+
+def lost_reason(job: Job, *, now: float) -> str | None:
+    """Why a running job has no live runner any more (its owner exited, or its lease ran out), or None."""
+    if job.status is not JobStatus.RUNNING:
+        return None
+    if job.owner is not None and not owner_alive(job.owner):
+        return f"the process running it ({job.owner}) exited"
+    if job.lease_until is not None and job.lease_until < now:
+        return f"the process running it ({job.owner}) stopped renewing its lease"
+    return None
+
+
+def lose(job: Job, *, now: float, max_attempts: int) -> Job | None:
+    """The job has no live runner: queue it again, or fail it when no attempt is left."""
+    reason = lost_reason(job, now=now)
+    if reason is None:
+        return None
+    if job.cancel_requested:
+        return replace(job, status=JobStatus.CANCELLED, finished_at=now, lease_until=None,
+                       error=f"cancelled; {reason}")
+    if job.attempts >= max_attempts:
+        return replace(job, status=JobStatus.FAILED, finished_at=now, lease_until=None,
+                       error=f"{reason} (attempt {job.attempts} of {max_attempts}); giving up")
+    note = f"attempt {job.attempts}: {reason}; queued again"
+    return replace(job, status=JobStatus.QUEUED, owner=None, solver_pid=None, lease_until=None, queued_at=now,
+                   history=(*job.history, note))
+
+
+def release(job: Job, by: Claim, *, now: float) -> Job | None:
+    """The runner is shutting down: put the job back in the queue without counting the attempt."""
+    if not _held(job, by):
+        return None
+    note = f"attempt {job.attempts}: the service shut down while it ran; queued again (not counted)"
+    return replace(job, status=JobStatus.QUEUED, attempts=job.attempts - 1, owner=None, solver_pid=None,
+                   lease_until=None, queued_at=now, history=(*job.history, note))
+
+
+# -- owners -----------------------------------------------------------------------------------------
+
+
+def owner_name(slot: str) -> str:
+    """``host:pid:slot``: who runs a job, precise enough to tell on this host whether it is alive."""
+    return f"{socket.gethostname()}:{os.getpid()}:{slot}"
+
+
+def owner_alive(owner: str) -> bool:
+    """False when the owner is a process of this host that no longer exists; True when unsure."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,165 @@
+"""Running one claimed job: solve it in a child process group, keep the lease, record how it ended.
+
+The same runner serves the embedded executor's slots and ``remat worker``. It renews the job's
+lease, stores the solver's progress, turns a cancel request (or an overrun of the time limit) into
+SIGTERM and, after the grace period, SIGKILL to the solver's group, and catches every failure at
+the job boundary so that a bad job never takes the runner down.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.context import ForkServerContext
+from typing import Any
+
+from ._child import Message, SolverProcess
+from ._jobs import Claim, Job
+from ._store import JobStore
+
+__all__ = ["RunnerConfig", "run_claimed"]
+
+log = logging.getLogger("remat.service")
+
+POLL_S = 0.1
+"""Seconds between two looks at the solver's pipe."""
+CONTROL_INTERVAL_S = 0.25
+"""Seconds between two reads of the job's cancel flag."""
+PROGRESS_INTERVAL_S = 0.5
+"""Least seconds between two progress writes to the store."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """What a runner needs besides the job: lease, grace period, threads, where children come from."""
+
+    lease_s: float
+    cancel_grace_s: float
+    threads: int
+    ctx: ForkServerContext
+
+
+def run_claimed(store: JobStore, job: Job, *, owner: str, config: RunnerConfig,
+                stopping: threading.Event) -> Job | None:
+    """Run a job that ``owner`` has claimed until it ends; returns its final record (None: it was taken back).
+
+    When ``stopping`` is set (the service shuts down) the solve is killed and the job queued again.
+    """
+    by = Claim(job.id, owner, job.attempts)
+    log.info("job %s: attempt %d on %s (%s, budget %d)", job.id, by.attempt, owner, job.spec.strategy,
+             job.spec.budget)
+    try:
+        child = SolverProcess(job.spec, store.get_graph(job.spec.graph_sha256), threads=config.threads,
+                              ctx=config.ctx)
+    except Exception as e:
+        log.exception("job %s: could not start its solver", job.id)
+        return store.mark_failed(by, f"could not start the solver process: {e}")
+    try:
+        return _Supervisor(store, by, job, child, config, stopping).run()
+    except Exception:
+        log.exception("job %s: the runner failed", job.id)
+        child.kill()
+        return store.mark_failed(by, f"the runner failed: {traceback.format_exc(limit=10)}")
+    except BaseException:
+        child.kill()
+        _release_quietly(store, by)
+        raise
+    finally:
+        child.close()
+
+
+def _release_quietly(store: JobStore, by: Claim) -> None:
+    try:
+        store.release(by)
+    except Exception:
+        log.warning("job %s: could not put it back in the queue; the reaper will", by.job_id)
+
+
+class _Supervisor:
+    """The loop that watches one solver child: messages, lease, cancel, deadline, kill."""
+
+    def __init__(self, store: JobStore, by: Claim, job: Job, child: SolverProcess, config: RunnerConfig,
+                 stopping: threading.Event) -> None:
+        self.store, self.by, self.job, self.child, self.config, self.stopping = store, by, job, child, config, stopping
+        now = time.monotonic()
+        self.deadline = now + job.spec.time_limit_s + config.cancel_grace_s
+        self.renewed = self.controlled = now
+        self.progress: dict[str, Any] | None = None
+        self.progress_written = True
+        self.stop_sent: float | None = None
+        self.stop_reason: str | None = None
+
+    def run(self) -> Job | None:
+        if self.store.renew(self.by, solver_pid=self.child.pid) is None:
+            self.child.kill()
+            return None
+        while self.child.alive():
+            for kind, payload in self.child.receive(POLL_S):
+                if kind != "progress":
+                    return self._record((kind, payload))
+                self.progress, self.progress_written = payload, False
+            if self.stopping.is_set():
+                self.child.kill()
+                log.info("job %s: shutting down; queued again", self.by.job_id)
+                self.store.release(self.by)
+                return None
+            if not self._keep_lease():
+                self.child.kill()
+                log.warning("job %s: the claim of attempt %d was taken back; solve stopped", self.by.job_id,
+                            self.by.attempt)
+                return None
+            self._enforce_limits()
+        return self._record(None)
+
+    def _keep_lease(self) -> bool:
+        """Renew the lease (with progress) and read the cancel flag when due; False if the claim is lost."""
+        now = time.monotonic()
+        renew_due = now - self.renewed >= self.config.lease_s / 5
+        progress_due = not self.progress_written and now - self.renewed >= PROGRESS_INTERVAL_S
+        if renew_due or progress_due:
+            current = self.store.renew(self.by, progress=self.progress)
+            self.renewed, self.progress_written = now, True
+            if current is None:
+                return False
+            self._stop_if(current.cancel_requested, "cancelled")
+        elif now - self.controlled >= CONTROL_INTERVAL_S:
+            self.controlled = now
+            self._stop_if(self.store.get(self.by.job_id, with_result=False).cancel_requested, "cancelled")
+        return True
+
+    def _enforce_limits(self) -> None:
+        self._stop_if(time.monotonic() > self.deadline, "time limit")
+        if self.stop_sent is not None and time.monotonic() - self.stop_sent > self.config.cancel_grace_s:
+            self.child.kill()
+
+    def _stop_if(self, condition: bool, reason: str) -> None:
+        if condition and self.stop_sent is None:
+            log.info("job %s: %s; asking the solver to stop", self.by.job_id, reason)
+            self.child.terminate()
+            self.stop_sent, self.stop_reason = time.monotonic(), reason
+
+    def _record(self, message: Message | None) -> Job | None:
+        if message is not None and message[0] == "result":
+            job = self.store.mark_finished(self.by, message[1])
+            log.info("job %s: %s (%s)", self.by.job_id, job.status.value if job else "claim lost", message[1]["status"])
+            return job
+        if message is not None:
+            log.warning("job %s: the solve failed: %s", self.by.job_id, message[1].strip().splitlines()[-1])
+            return self.store.mark_failed(self.by, message[1])
+        self.child.wait(1.0)
+        error = self._death_reason()
+        log.warning("job %s: %s", self.by.job_id, error)
+        return self.store.mark_failed(self.by, error, cancelled=self.stop_reason == "cancelled")
+
+    def _death_reason(self) -> str:
+        code = self.child.exitcode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        if self.stop_reason == "cancelled":
+            return f"cancelled; the solver did not return a plan within {self.config.cancel_grace_s:g} s and was killed"
+        if self.stop_reason == "time limit":
+            return f"the solver ran past its time limit of {self.job.spec.time_limit_s:g} s and was killed"
+        return f"the solver process ended without a result ({how})"

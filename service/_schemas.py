@@ -1,0 +1,255 @@
+"""The API's pydantic schemas. They exist only here: requests become remat objects once, at the boundary.
+
+Constraints sit on the fields, so a malformed body is a 422 before any handler runs; what a schema
+cannot say (unknown deps, cycles, duplicate ids) :meth:`GraphIn.to_graph` checks through
+:meth:`remat.schedules.Graph.from_json`, whose InvalidGraph names the node and field.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from remat.schedules import GRAPH_FORMAT, Graph, GraphLimits
+from remat.solvers import DEFAULT_MIP_GAP, RESULT_FORMAT
+
+from ._jobs import Job, JobStatus
+from ._sweeps import Sweep, sweep_status
+
+__all__ = [
+    "GraphIn",
+    "JobList",
+    "JobPublic",
+    "NodeIn",
+    "ProgressPublic",
+    "ResultPublic",
+    "SolveRequest",
+    "StrategiesPublic",
+    "StrategyPublic",
+    "SweepJob",
+    "SweepList",
+    "SweepPublic",
+    "SweepRequest",
+    "SweepSummary",
+]
+
+MAX_BYTES = 2**62
+"""Largest size in bytes the API accepts (a memory, a budget): far beyond any machine, within int64."""
+
+class NodeIn(BaseModel):
+    """One operation of a remat.graph/v1; fields other than these are kept as metadata."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1, max_length=1000)
+    deps: list[str] = Field(default_factory=list, description="ids of earlier nodes whose outputs it reads")
+    cost: float = Field(ge=0, allow_inf_nan=False)
+    memory: int = Field(ge=0, le=MAX_BYTES, description="bytes of its output")
+    kind: Literal["forward", "backward"] = "forward"
+
+
+class GraphIn(BaseModel):
+    """A training graph in remat.graph/v1: nodes in execution (topological) order."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["remat.graph/v1"] = Field(description=f"always {GRAPH_FORMAT!r}")
+    name: str = Field("", max_length=1000)
+    cost_unit: str = Field("", max_length=100)
+    fixed_memory: int = Field(0, ge=0, le=MAX_BYTES, description="bytes resident throughout")
+    nodes: list[NodeIn] = Field(min_length=1)
+
+    def to_graph(self, limits: GraphLimits) -> Graph:
+        """The validated Graph; InvalidGraph names the node and field of what is wrong."""
+        return Graph.from_json(self.model_dump(), limits=limits)
+
+
+class _SolveOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str = Field("auto", max_length=100, description="solver backend of checkmate; auto picks one")
+    time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                       description="seconds per solve; default and maximum are server settings")
+    mip_gap: float = Field(DEFAULT_MIP_GAP, ge=0, lt=1, description="relative gap that counts as optimal")
+
+
+class SolveRequest(_SolveOptions):
+    """``POST /v1/solve``: a graph and exactly one of ``budget`` (bytes) and ``budget_ratio``."""
+
+    graph: GraphIn
+    budget: int | None = Field(None, ge=0, le=MAX_BYTES, description="bytes, fixed memory included")
+    budget_ratio: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False,
+                                       description="fraction of the checkpoint-all peak")
+    strategy: str = Field("checkmate", min_length=1, max_length=100)
+    wait_s: float | None = Field(None, ge=0, allow_inf_nan=False,
+                                 description="seconds to wait for the result before answering 202")
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> SolveRequest:
+        if (self.budget is None) == (self.budget_ratio is None):
+            raise ValueError("give exactly one of 'budget' (bytes) and 'budget_ratio'")
+        return self
+
+
+class SweepRequest(_SolveOptions):
+    """``POST /v1/sweeps``: every strategy (or those named) over a range of budgets (or those given)."""
+
+    graph: GraphIn
+    strategies: list[str] | None = Field(None, min_length=1, max_length=100)
+    budgets: list[int] | None = Field(None, min_length=1, max_length=1000)
+
+    @model_validator(mode="after")
+    def _budgets_in_range(self) -> SweepRequest:
+        if self.budgets is not None and not all(0 <= b <= MAX_BYTES for b in self.budgets):
+            raise ValueError(f"every budget must be a whole number of bytes in [0, {MAX_BYTES}]")
+        return self
+
+
+class ProgressPublic(BaseModel):
+    elapsed_s: float
+    incumbent_cost: float | None = None
+    lower_bound: float | None = None
+    gap: float | None = None
+    message: str | None = None
+
+
+class ResultPublic(BaseModel):
+    """A remat.result/v1 (the schedule and plan are documented in DESIGN.md)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["remat.result/v1"] = RESULT_FORMAT
+    graph_name: str
+    graph_sha256: str
+    strategy: str
+    backend: str | None
+    status: Literal["optimal", "feasible", "over_budget", "infeasible", "timeout", "cancelled", "error"]
+    budget: int
+    peak_memory: int | None
+    cost: float | None
+    base_cost: float
+    overhead: float | None
+    lower_bound: float | None
+    gap: float | None
+    min_feasible_budget: int
+    checkpoint_all_peak: int
+    solve_time_s: float
+    schedule: dict[str, Any] | None
+    plan: list[dict[str, Any]] | None
+    fallback: str | None
+    log: list[str]
+
+
+def _time(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC)
+
+
+class JobPublic(BaseModel):
+    """A job as ``GET /v1/jobs/{id}`` shows it; ``result`` is the remat.result/v1 once it has ended."""
+
+    id: str
+    status: JobStatus
+    graph_name: str
+    graph_sha256: str
+    strategy: str
+    backend: str
+    budget: int
+    time_limit_s: float
+    mip_gap: float
+    attempts: int
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    progress: ProgressPublic | None
+    error: str | None
+    history: list[str] = Field(description="what happened to earlier attempts (lost runners, restarts)")
+    result: dict[str, Any] | None = Field(None, description="remat.result/v1 (see ResultPublic)")
+    links: dict[str, str]
+
+    @classmethod
+    def of(cls, job: Job, *, with_result: bool = True) -> JobPublic:
+        s = job.spec
+        base = f"/v1/jobs/{job.id}"
+        return cls(
+            id=job.id, status=job.status, graph_name=job.graph_name, graph_sha256=s.graph_sha256,
+            strategy=s.strategy, backend=s.backend, budget=s.budget, time_limit_s=s.time_limit_s,
+            mip_gap=s.mip_gap, attempts=job.attempts, cancel_requested=job.cancel_requested,
+            created_at=datetime.fromtimestamp(job.created_at, tz=UTC), started_at=_time(job.started_at),
+            finished_at=_time(job.finished_at),
+            progress=ProgressPublic(**job.progress) if job.progress else None, error=job.error,
+            history=list(job.history),
+            result=dict(job.result) if with_result and job.result is not None else None,
+            links={"self": base, "cancel": f"{base}/cancel", "events": f"{base}/events"},
+        )
+
+
+class JobList(BaseModel):
+    jobs: list[JobPublic]
+    count: int
+
+
+class SweepJob(BaseModel):
+    id: str
+    strategy: str
+    budget: int
+    status: JobStatus
+
+
+class SweepSummary(BaseModel):
+    """A sweep in a list: its status (as for jobs) and how many of its jobs are in each status."""
+
+    id: str
+    status: JobStatus
+    graph_name: str
+    graph_sha256: str
+    created_at: datetime
+    counts: dict[str, int]
+
+    @classmethod
+    def _fields(cls, sweep: Sweep, jobs: list[Job]) -> dict[str, Any]:
+        counts = {s.value: 0 for s in JobStatus}
+        for job in jobs:
+            counts[job.status.value] += 1
+        return {"id": sweep.id, "status": sweep_status(j.status for j in jobs), "graph_name": sweep.graph_name,
+                "graph_sha256": sweep.graph_sha256, "created_at": datetime.fromtimestamp(sweep.created_at, tz=UTC),
+                "counts": counts}
+
+    @classmethod
+    def of(cls, sweep: Sweep, jobs: list[Job]) -> SweepSummary:
+        return cls(**cls._fields(sweep, jobs))
+
+
+class SweepPublic(SweepSummary):
+    """A sweep with its jobs' statuses and the remat.result/v1 of every job that has ended."""
+
+    natural_budgets: dict[str, int] = Field(description="each heuristic's own peak when unconstrained")
+    jobs: list[SweepJob]
+    results: list[dict[str, Any]] = Field(description="remat.result/v1 of every job that has one")
+
+    @classmethod
+    def of(cls, sweep: Sweep, jobs: list[Job]) -> SweepPublic:
+        return cls(
+            **cls._fields(sweep, jobs), natural_budgets=dict(sweep.natural),
+            jobs=[SweepJob(id=j.id, strategy=j.spec.strategy, budget=j.spec.budget, status=j.status) for j in jobs],
+            results=[dict(j.result) for j in jobs if j.result is not None],
+        )
+
+
+class SweepList(BaseModel):
+    sweeps: list[SweepSummary]
+    count: int
+
+
+class StrategyPublic(BaseModel):
+    name: str
+    summary: str
+    backends: list[str] = Field(description="solver backends the strategy can use (none for heuristics)")
+    knob: str | None = None
+
+
+class StrategiesPublic(BaseModel):
+    strategies: list[StrategyPublic]
+    installed_backends: list[str] = Field(description="solver backends installed on this server")

@@ -1,0 +1,157 @@
+"""What the routes do with jobs: turn requests into specs, admit them, submit, dispatch, cancel, wait.
+
+This is the boundary: a request's graph becomes a :class:`remat.schedules.Graph` here, once, and
+every check that can refuse a request (graph, strategy, backend, budget, limits, queue room) runs
+before a job exists, so a bad request is a 4xx and never a failed job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from remat.schedules import Graph, InvalidRequest, JobNotFound, resolve_budget
+from remat.solvers import Strategy, get_strategy, plan_sweep
+
+from ._errors import QueueFull, TooManyJobs
+from ._executor import Executor
+from ._jobs import Job, JobStatus, SolveSpec, reusable
+from ._metrics import Metrics
+from ._schemas import SolveRequest, SweepRequest
+from ._settings import Settings
+from ._sweeps import Sweep, new_sweep
+
+__all__ = ["Service"]
+
+WAIT_POLL_S = (0.02, 0.25)
+"""First and longest pause between two looks at a job someone waits for."""
+
+
+class Service:
+    """Jobs and sweeps as the API sees them, over one executor and its store."""
+
+    def __init__(self, settings: Settings, executor: Executor, metrics: Metrics) -> None:
+        self.settings = settings
+        self.executor = executor
+        self.store = executor.store
+        self.metrics = metrics
+
+    # -- solves ------------------------------------------------------------------------------------
+
+    def submit_solve(self, request: SolveRequest, token: str | None) -> Job:
+        """The job answering ``request``: new, shared with an identical one, or already finished."""
+        graph = request.graph.to_graph(self.settings.graph_limits)
+        strategy = get_strategy(request.strategy)
+        strategy.check(graph)
+        _check_backend(strategy, request.backend)
+        spec = SolveSpec(graph.sha256, resolve_budget(graph, budget=request.budget, budget_ratio=request.budget_ratio),
+                         request.strategy, request.backend, self._time_limit(request.time_limit_s), request.mip_gap)
+        return self._submit([spec], graph, token)[0]
+
+    def wait_s(self, requested: float | None) -> float:
+        return min(self.settings.default_wait_s if requested is None else requested, self.settings.max_wait_s)
+
+    async def wait(self, job_id: str, wait_s: float) -> Job:
+        """The job once it has ended, or as it stands after ``wait_s`` seconds."""
+        deadline = time.monotonic() + wait_s
+        pause = WAIT_POLL_S[0]
+        while True:
+            job = await asyncio.to_thread(self.store.get, job_id, with_result=False)
+            left = deadline - time.monotonic()
+            if job.status.terminal:
+                return await asyncio.to_thread(self.store.get, job_id)
+            if left <= 0:
+                return job
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, WAIT_POLL_S[1])
+
+    def cancel(self, job_id: str) -> Job:
+        job = self.store.request_cancel(job_id)
+        self.executor.cancel(job)
+        return job
+
+    # -- sweeps ------------------------------------------------------------------------------------
+
+    def submit_sweep(self, request: SweepRequest, token: str | None) -> Sweep:
+        """A sweep of ``request``'s graph: every (strategy, budget) point an ordinary job."""
+        graph = request.graph.to_graph(self.settings.graph_limits)
+        time_limit_s = self._time_limit(request.time_limit_s)
+        plan = plan_sweep(graph, strategies=request.strategies, budgets=request.budgets, time_limit_s=time_limit_s)
+        if len(plan.points) > self.settings.max_sweep_points:
+            raise InvalidRequest(f"The sweep has {len(plan.points)} points ({len(plan.strategies)} strategies x "
+                                 f"{len(plan.budgets)} budgets); the limit is {self.settings.max_sweep_points}. "
+                                 f"Name fewer strategies or budgets.", field="budgets")
+        backends = {s: _sweep_backend(get_strategy(s), request.backend) for s in plan.strategies}
+        specs = [SolveSpec(graph.sha256, budget, s, backends[s], time_limit_s, request.mip_gap)
+                 for s, budget in plan.points]
+        self._submit(specs, graph, token)
+        sweep = new_sweep(specs, graph_name=graph.name, token=token, now=time.time(), natural=plan.natural)
+        self.store.put_sweep(sweep)
+        return sweep
+
+    def sweep_jobs(self, sweep: Sweep, *, with_result: bool) -> list[Job]:
+        """The sweep's jobs, in the sweep's order."""
+        return self.store.get_many(sweep.job_ids, with_result=with_result)
+
+    # -- shared ------------------------------------------------------------------------------------
+
+    def _time_limit(self, requested: float | None) -> float:
+        limit = self.settings.default_time_limit_s if requested is None else requested
+        if limit > self.settings.max_time_limit_s:
+            raise InvalidRequest(f"'time_limit_s' is {limit:g} s; this server allows at most "
+                                 f"{self.settings.max_time_limit_s:g} s.", field="time_limit_s")
+        return limit
+
+    def _submit(self, specs: Sequence[SolveSpec], graph: Graph, token: str | None) -> list[Job]:
+        self._admit(specs, token)
+        self.store.put_graph(graph.sha256, graph.to_json())
+        jobs = []
+        for spec in specs:
+            job, fresh = self.store.submit(spec, graph_name=graph.name, token=token)
+            if fresh:
+                self.executor.dispatch(job)
+            self.metrics.submitted(spec.strategy, cached=not fresh)
+            jobs.append(job)
+        return jobs
+
+    def _admit(self, specs: Sequence[SolveSpec], token: str | None) -> None:
+        """Refuse when the new jobs would overfill the queue (503) or the token's share (429)."""
+        new = sum(1 for spec in specs if self._needs_run(spec.job_id))
+        if not new:
+            return
+        retry = self.settings.retry_after_s
+        queued = self.store.count(JobStatus.QUEUED)
+        if queued + new > self.settings.max_queued_jobs:
+            self.metrics.refused("queue_full")
+            raise QueueFull(f"The queue is full ({queued} jobs wait; this request adds {new}, the limit is "
+                            f"{self.settings.max_queued_jobs}). Retry in {retry} s.", retry_after_s=retry)
+        if self.settings.auth_enabled:
+            active = self.store.count_active(token)
+            if active + new > self.settings.max_active_jobs_per_token:
+                self.metrics.refused("token_limit")
+                raise TooManyJobs(f"This token has {active} queued or running jobs; this request adds {new}, the "
+                                  f"limit is {self.settings.max_active_jobs_per_token}. Retry in {retry} s.",
+                                  retry_after_s=retry)
+
+    def _needs_run(self, job_id: str) -> bool:
+        try:
+            job = self.store.get(job_id, with_result=False)
+        except JobNotFound:
+            return True
+        return job.status.terminal and not reusable(job)
+
+
+def _check_backend(strategy: Strategy, backend: str) -> None:
+    if backend != "auto" and backend not in strategy.backends:
+        choices = f"auto, {', '.join(strategy.backends)}" if strategy.backends else "auto (it uses no solver backend)"
+        raise InvalidRequest(f"Strategy {strategy.name!r} has no backend {backend!r}; choose {choices}.",
+                             field="backend")
+
+
+def _sweep_backend(strategy: Strategy, backend: str) -> str:
+    """A sweep's backend applies to the strategies that use one; heuristics run with ``auto``."""
+    if not strategy.backends:
+        return "auto"
+    _check_backend(strategy, backend)
+    return backend

@@ -1,0 +1,110 @@
+"""The service's settings: one pydantic-settings class, read from ``REMAT_*`` environment variables.
+
+Every limit has a unit in its name. Bad values are rejected when the service starts, not when the
+first request arrives. Tokens are secrets: they never appear in the settings' repr or in logs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from remat.schedules import GraphLimits
+
+__all__ = ["Settings", "default_data_dir"]
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/remat``, else ``~/.local/share/remat``: where the embedded job store lives."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "remat"
+
+
+def _default_slots() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class Settings(BaseSettings):
+    """How one ``remat serve`` or ``remat worker`` process behaves.
+
+    Embedded mode (``queue_url`` unset) keeps jobs in SQLite under ``data_dir`` and runs them in
+    ``slots`` child processes; cluster mode keeps them in Redis and runs them on ``remat worker``s.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="REMAT_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    data_dir: Path = Field(default_factory=default_data_dir)
+    queue_url: str | None = None
+    """``redis://host:port/db``: cluster mode, with jobs in Redis and solves on ``remat worker``s."""
+    queue_name: str = Field(default="remat", pattern=r"^[A-Za-z0-9_.-]+$")
+
+    tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    """Bearer tokens accepted by the API (``REMAT_TOKENS``, comma-separated); none: no authentication."""
+
+    slots: int = Field(default_factory=_default_slots, ge=1, le=256)
+    """Solves the embedded executor runs at once (each in its own process)."""
+    solver_threads: int | None = Field(default=None, ge=1, le=256)
+    """Threads each solve may use; default: the machine's cores shared between the slots."""
+
+    max_body_bytes: int = Field(default=32 * 2**20, ge=1024)
+    max_nodes: int = Field(default=GraphLimits.max_nodes, ge=1)
+    max_edges: int = Field(default=GraphLimits.max_edges, ge=0)
+    max_time_limit_s: float = Field(default=3600.0, gt=0)
+    default_time_limit_s: float = Field(default=60.0, gt=0)
+    max_wait_s: float = Field(default=60.0, ge=0)
+    default_wait_s: float = Field(default=10.0, ge=0)
+    max_queued_jobs: int = Field(default=1000, ge=1)
+    """Jobs that may wait in the queue; beyond it submissions get 503 with Retry-After."""
+    max_active_jobs_per_token: int = Field(default=500, ge=1)
+    """Queued or running jobs one token may have; beyond it submissions get 429 with Retry-After."""
+    max_sweep_points: int = Field(default=400, ge=1)
+
+    lease_s: float = Field(default=15.0, gt=0)
+    """A running job's owner renews its lease this often (divided by 5); a job whose lease ran out is lost."""
+    max_attempts: int = Field(default=2, ge=1)
+    """Runs a job gets when the process running it dies; after the last it is marked failed."""
+    cancel_grace_s: float = Field(default=5.0, ge=0)
+    """Seconds a cancelled solve has to return its best plan before its process group is killed."""
+    retry_after_s: int = Field(default=5, ge=1)
+
+    log_level: str = "info"
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _long_enough(cls, value: list[SecretStr]) -> list[SecretStr]:
+        for token in value:
+            if len(token.get_secret_value()) < 16:
+                raise ValueError("every token must be at least 16 characters long")
+        return value
+
+    @field_validator("queue_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("queue_url must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.tokens)
+
+    @property
+    def graph_limits(self) -> GraphLimits:
+        return GraphLimits(max_nodes=self.max_nodes, max_edges=self.max_edges)
+
+    @property
+    def threads_per_solve(self) -> int:
+        return self.solver_threads or max(1, (os.cpu_count() or 1) // self.slots)

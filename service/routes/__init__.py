@@ -1,0 +1,9 @@
+"""One APIRouter per resource; :func:`remat.service.create_app` includes them all."""
+
+from .health import router as health
+from .jobs import router as jobs
+from .solve import router as solve
+from .strategies import router as strategies
+from .sweeps import router as sweeps
+
+__all__ = ["health", "jobs", "solve", "strategies", "sweeps"]

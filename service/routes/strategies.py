@@ -1,0 +1,23 @@
+"""``GET /v1/strategies``: the strategy registry and the solver backends installed here."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from remat.solvers import STRATEGIES
+
+from .._problems import PROBLEM_RESPONSES
+from .._schemas import StrategiesPublic, StrategyPublic
+
+router = APIRouter(prefix="/v1", tags=["strategies"])
+
+
+@router.get("/strategies", operation_id="list_strategies", response_model=StrategiesPublic,
+            responses=PROBLEM_RESPONSES)
+def list_strategies() -> StrategiesPublic:
+    """Every strategy, the backends it can use, and which backends are installed on this server."""
+    return StrategiesPublic(
+        strategies=[StrategyPublic(name=s.name, summary=s.summary, backends=list(s.backends), knob=s.knob)
+                    for s in STRATEGIES.values()],
+        installed_backends=[],  # until remat.solvers.backends lands: it lists the installed engines
+    )

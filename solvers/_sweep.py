@@ -1,0 +1,98 @@
+"""Budget sweeps: the (strategy, budget) points that show a graph's memory/overhead trade-off.
+
+A sweep runs every applicable strategy at about a dozen budgets evenly spaced from
+``min_feasible_budget`` to the checkpoint-all peak, plus each heuristic's natural point: the peak of
+its plan when the budget does not constrain it (Chen's sqrt(n) or Griewank's plan, as single points
+in the Checkmate paper's Figure 4). Every strategy runs at every budget, so the results form a grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from remat.schedules import Graph, StrategyNotApplicable
+
+from ._registry import STRATEGIES, get_strategy
+from ._solve import solve
+
+__all__ = ["SWEEP_POINTS", "SweepPlan", "plan_sweep", "sweep_budgets"]
+
+SWEEP_POINTS = 12
+"""Evenly spaced budgets in a default sweep (natural points come on top)."""
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The strategies and budgets of a sweep; ``natural`` maps each heuristic to its own peak."""
+
+    strategies: tuple[str, ...]
+    budgets: tuple[int, ...]
+    natural: Mapping[str, int]
+
+    @property
+    def points(self) -> list[tuple[str, int]]:
+        """Every (strategy, budget), strategy by strategy, budgets ascending."""
+        return [(s, b) for s in self.strategies for b in self.budgets]
+
+
+def sweep_budgets(graph: Graph, points: int = SWEEP_POINTS) -> list[int]:
+    """``points`` budgets from ``min_feasible_budget`` to the checkpoint-all peak, both included, ascending.
+
+    >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
+    ...     {"id": "a", "deps": [], "cost": 1, "memory": 10},
+    ...     {"id": "b", "deps": ["a"], "cost": 1, "memory": 10},
+    ...     {"id": "c", "deps": ["a", "b"], "cost": 1, "memory": 10}]})
+    >>> sweep_budgets(g, 3)
+    [30]
+    """
+    low, high = graph.min_feasible_budget, graph.checkpoint_all_peak
+    steps = max(1, points - 1)
+    return sorted({low + round((high - low) * k / steps) for k in range(steps + 1)})
+
+
+def plan_sweep(graph: Graph, *, strategies: Sequence[str] | None = None, budgets: Sequence[int] | None = None,
+               points: int = SWEEP_POINTS, time_limit_s: float = 60.0) -> SweepPlan:
+    """Choose a sweep's strategies and budgets.
+
+    Parameters
+    ----------
+    strategies : sequence of str, optional
+        Default: every registered strategy that applies to the graph. Named strategies must exist
+        and apply (UnknownStrategy, StrategyNotApplicable otherwise).
+    budgets : sequence of int, optional
+        Bytes. Default: ``sweep_budgets(graph, points)`` plus the heuristics' natural points, which
+        are found by running each heuristic (a strategy without a solver backend) once, unconstrained.
+    time_limit_s : float
+        Limit for each of those runs.
+    """
+    names = _applicable(graph, strategies)
+    natural = _natural_budgets(graph, names, time_limit_s) if budgets is None else {}
+    chosen = sorted(set(sweep_budgets(graph, points)) | set(natural.values())) if budgets is None else budgets
+    return SweepPlan(tuple(names), tuple(dict.fromkeys(chosen)), natural)
+
+
+def _applicable(graph: Graph, strategies: Sequence[str] | None) -> list[str]:
+    if strategies is not None:
+        for name in strategies:
+            get_strategy(name).check(graph)
+        return list(dict.fromkeys(strategies))
+    names = []
+    for name, strategy in STRATEGIES.items():
+        try:
+            strategy.check(graph)
+        except StrategyNotApplicable:
+            continue
+        names.append(name)
+    return names
+
+
+def _natural_budgets(graph: Graph, names: Sequence[str], time_limit_s: float) -> dict[str, int]:
+    natural = {}
+    for name in names:
+        if get_strategy(name).backends:
+            continue
+        result = solve(graph, budget=graph.checkpoint_all_peak, strategy=name, time_limit_s=time_limit_s)
+        if result.peak_memory is not None:
+            natural[name] = result.peak_memory
+    return natural

@@ -1,0 +1,149 @@
+"""POST /v1/solve: results that simulate as reported, shared jobs, and a 4xx problem for every bad request."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from factories import benchmark_graph, chain, graph_doc
+from fastapi.testclient import TestClient
+
+from remat.schedules import Graph, Plan, simulate
+
+
+def _request(graph: Graph | dict, **extra) -> dict:
+    doc = graph.to_json() if isinstance(graph, Graph) else graph
+    return {"graph": doc, "budget_ratio": 1.0, "strategy": "checkpoint-all", **extra}
+
+
+def test_a_solve_returns_a_result_whose_plan_simulates_as_reported(client: TestClient):
+    graph = benchmark_graph("vgg16")
+    r = client.post("/v1/solve", json=_request(graph, budget_ratio=0.9, strategy="chen-greedy"))
+    assert r.status_code == 200, r.text
+    result = r.json()
+    assert result["format"] == "remat.result/v1" and result["strategy"] == "chen-greedy"
+    assert result["graph_sha256"] == graph.sha256 and result["status"] == "feasible"
+    sim = simulate(graph, Plan.from_json(graph, result["plan"]))
+    assert (sim.cost, sim.peak_memory) == (result["cost"], result["peak_memory"])
+    assert result["peak_memory"] <= result["budget"] == -(-9 * graph.checkpoint_all_peak // 10)
+    job = client.get(r.headers["Content-Location"]).json()
+    assert job["status"] == "succeeded" and job["result"] == result and job["attempts"] == 1
+
+
+def test_identical_requests_share_a_job_and_a_deterministic_result_is_reused(client: TestClient):
+    graph = chain(6)
+    first = client.post("/v1/solve", json=_request(graph, strategy="checkpoint-last"))
+    again = client.post("/v1/solve", json=_request(graph, strategy="checkpoint-last"))
+    in_bytes = client.post("/v1/solve", json={**_request(graph, strategy="checkpoint-last"),
+                                              "budget_ratio": None, "budget": graph.checkpoint_all_peak})
+    assert first.status_code == again.status_code == in_bytes.status_code == 200
+    assert len({r.headers["Content-Location"] for r in (first, again, in_bytes)}) == 1
+    assert again.json() == first.json()
+    metrics = client.get("/metrics").text
+    assert "remat_cache_hits_total 2.0" in metrics
+
+
+def test_without_waiting_the_answer_is_202_with_the_job(client: TestClient):
+    r = client.post("/v1/solve", json=_request(chain(30), wait_s=0, strategy="checkpoint-last", budget_ratio=0.5))
+    assert r.status_code == 202
+    job = r.json()
+    assert r.headers["Location"] == f"/v1/jobs/{job['id']}" and job["status"] in ("queued", "running", "succeeded")
+    assert job["links"]["cancel"] == f"/v1/jobs/{job['id']}/cancel"
+
+
+def _nodes(changes: dict | None = None) -> list[dict]:
+    nodes = [{"id": "a", "deps": [], "cost": 1, "memory": 4}, {"id": "b", "deps": ["a"], "cost": 1, "memory": 4},
+             {"id": "c", "deps": ["b"], "cost": 1, "memory": 4, "kind": "backward"}]
+    for (node, field), value in (changes or {}).items():
+        nodes[node][field] = value
+    return nodes
+
+
+BAD_GRAPHS = {
+    "unknown dep": (graph_doc(_nodes({(1, "deps"): ["zz"]})), "b", "deps"),
+    "later dep": (graph_doc(_nodes({(1, "deps"): ["c"]})), "b", "deps"),
+    "self dep": (graph_doc(_nodes({(1, "deps"): ["b"]})), "b", "deps"),
+    "cycle": (graph_doc(_nodes({(0, "deps"): ["b"]})), "a", "deps"),
+    "duplicate id": (graph_doc(_nodes({(2, "id"): "a"})), "a", "id"),
+    "negative cost": (graph_doc(_nodes({(1, "cost"): -1})), "b", "cost"),
+    "negative memory": (graph_doc(_nodes({(2, "memory"): -3})), "c", "memory"),
+    "fractional memory": (graph_doc(_nodes({(2, "memory"): 1.5})), "c", "memory"),
+    "memory too large": (graph_doc(_nodes({(0, "memory"): 2**70})), "a", "memory"),
+    "cost not a number": (graph_doc(_nodes({(0, "cost"): "cheap"})), "a", "cost"),
+    "bad kind": (graph_doc(_nodes({(0, "kind"): "sideways"})), "a", "kind"),
+    "empty id": (graph_doc(_nodes({(0, "id"): ""})), None, "id"),
+    "missing memory": (graph_doc([{"id": "a", "deps": [], "cost": 1}]), "a", "memory"),
+    "empty graph": (graph_doc([]), None, "nodes"),
+    "wrong format": ({**graph_doc(_nodes()), "format": "remat.graph/v2"}, None, "format"),
+    "negative fixed memory": (graph_doc(_nodes(), fixed_memory=-1), None, "fixed_memory"),
+    "nodes not a list": ({**graph_doc([]), "nodes": {"a": 1}}, None, "nodes"),
+    "too many nodes": (graph_doc([{"id": f"n{i}", "deps": [], "cost": 1, "memory": 1} for i in range(2001)]),
+                       None, "nodes"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_GRAPHS, ids=list(BAD_GRAPHS))
+def test_an_invalid_graph_gets_a_422_problem_naming_node_and_field(client: TestClient, case: str):
+    doc, node, field = BAD_GRAPHS[case]
+    r = client.post("/v1/solve", json=_request(doc))
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    problem = r.json()
+    assert problem["status"] == 422 and problem["title"] and problem["detail"]
+    assert problem.get("node") == node
+    assert field in (problem.get("field") or "")
+    if node:
+        assert repr(node) in problem["detail"]
+
+
+def test_non_finite_numbers_in_json_are_refused(client: TestClient):
+    for token in ("NaN", "Infinity", "-Infinity"):
+        body = json.dumps(_request(graph_doc(_nodes()))).replace('"cost": 1,', f'"cost": {token},', 1)
+        r = client.post("/v1/solve", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["node"] == "a" and r.json()["field"].endswith("cost"), r.text
+
+
+BAD_REQUESTS = {
+    "both budgets": ({"budget": 10, "budget_ratio": 0.5}, 422, None),
+    "no budget": ({"budget_ratio": None}, 422, None),
+    "negative budget": ({"budget_ratio": None, "budget": -1}, 422, "budget"),
+    "zero ratio": ({"budget_ratio": 0}, 422, "budget_ratio"),
+    "unknown strategy": ({"strategy": "magic"}, 422, None),
+    "strategy not applicable": ({"strategy": "chen-sqrtn", "graph": benchmark_graph("resnet50").to_json()}, 422, None),
+    "unknown backend": ({"backend": "cplex"}, 422, "backend"),
+    "time limit over the cap": ({"time_limit_s": 10_000}, 422, "time_limit_s"),
+    "negative time limit": ({"time_limit_s": -1}, 422, "time_limit_s"),
+    "gap of one": ({"mip_gap": 1}, 422, "mip_gap"),
+    "unknown field": ({"budget_ration": 0.5}, 422, "budget_ration"),
+    "graph missing": ({"graph": None}, 422, "graph"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
+def test_a_malformed_request_gets_a_4xx_problem(client: TestClient, case: str):
+    changes, status, field = BAD_REQUESTS[case]
+    body = {**_request(chain(3)), **changes}
+    r = client.post("/v1/solve", json=body)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["detail"]
+    if field:
+        assert r.json()["field"] == field
+
+
+def test_unparseable_json_is_a_400_problem(client: TestClient):
+    r = client.post("/v1/solve", content=b'{"graph": ', headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
+
+
+def test_an_oversized_body_is_a_413_problem(client: TestClient):
+    big = chain(1500).to_json()
+    big["padding"] = "x" * 2**20
+    r = client.post("/v1/solve", json=_request(big))
+    assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
+
+
+def test_unknown_routes_and_methods_are_problems_too(client: TestClient):
+    assert client.get("/v1/nothing").headers["content-type"] == "application/problem+json"
+    r = client.get("/v1/solve")
+    assert r.status_code == 405 and r.headers["content-type"] == "application/problem+json"

@@ -1,0 +1,61 @@
+"""POST /v1/sweeps and GET /v1/sweeps/{id}: every point an ordinary job, results as remat.result/v1."""
+
+from __future__ import annotations
+
+from factories import benchmark_graph, chain
+from fastapi.testclient import TestClient
+
+from remat.solvers import STRATEGIES, plan_sweep
+
+from ..conftest import wait_until
+
+
+def test_a_default_sweep_runs_every_applicable_strategy_over_the_budget_range(client: TestClient):
+    graph = chain(10)
+    r = client.post("/v1/sweeps", json={"graph": graph.to_json(), "time_limit_s": 30})
+    assert r.status_code == 202, r.text
+    summary = r.json()
+    assert r.headers["Location"] == f"/v1/sweeps/{summary['id']}"
+    sweep = wait_until(lambda: (s := client.get(f"/v1/sweeps/{summary['id']}").json())["status"] == "succeeded" and s,
+                       timeout_s=120)
+    plan = plan_sweep(graph, time_limit_s=30)
+    assert {j["strategy"] for j in sweep["jobs"]} == set(plan.strategies)
+    assert {j["budget"] for j in sweep["jobs"]} == set(plan.budgets)
+    assert len(sweep["results"]) == len(sweep["jobs"]) == len(plan.strategies) * len(plan.budgets)
+    assert min(plan.budgets) == graph.min_feasible_budget and max(plan.budgets) == graph.checkpoint_all_peak
+    assert sweep["natural_budgets"] == dict(plan.natural) and set(plan.natural.values()) <= set(plan.budgets)
+    assert all(res["format"] == "remat.result/v1" for res in sweep["results"])
+    assert sweep["counts"]["succeeded"] == len(sweep["jobs"])
+    listed = client.get("/v1/sweeps").json()
+    assert listed["sweeps"][0]["id"] == summary["id"] and listed["sweeps"][0]["status"] == "succeeded"
+
+
+def test_named_strategies_and_budgets(client: TestClient):
+    graph = chain(6)
+    budgets = [graph.min_feasible_budget, graph.checkpoint_all_peak]
+    body = {"graph": graph.to_json(), "strategies": ["checkpoint-all", "chen-sqrtn"], "budgets": budgets}
+    summary = client.post("/v1/sweeps", json=body).json()
+    sweep = wait_until(lambda: (s := client.get(f"/v1/sweeps/{summary['id']}").json())["status"] == "succeeded" and s)
+    assert sorted((j["strategy"], j["budget"]) for j in sweep["jobs"]) == sorted(
+        (s, b) for s in body["strategies"] for b in budgets)
+    again = client.post("/v1/sweeps", json=body).json()
+    assert again["id"] == summary["id"] and again["status"] == "succeeded"
+
+
+def test_a_strategy_that_does_not_apply_is_refused_by_name(client: TestClient):
+    body = {"graph": benchmark_graph("resnet50").to_json(), "strategies": ["chen-sqrtn"]}
+    r = client.post("/v1/sweeps", json=body)
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert "node" in r.json()
+
+
+def test_a_sweep_over_the_point_limit_is_refused(client: TestClient):
+    graph = chain(4)
+    body = {"graph": graph.to_json(), "budgets": list(range(100, 100 + 400)),
+            "strategies": list(STRATEGIES)[:2]}
+    r = client.post("/v1/sweeps", json=body)
+    assert r.status_code == 422 and "800 points" in r.json()["detail"]
+
+
+def test_unknown_sweep_is_404(client: TestClient):
+    assert client.get("/v1/sweeps/nope").status_code == 404

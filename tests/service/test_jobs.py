@@ -1,0 +1,85 @@
+"""Job ids, reuse of results, and the state transitions, as pure functions."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from remat.service import Claim, JobStatus, SolveSpec, reusable
+from remat.service import _jobs as jobs
+
+SPEC = SolveSpec("a" * 64, 1000, "checkpoint-all")
+
+
+def test_identical_requests_share_an_id_and_any_difference_changes_it():
+    assert SolveSpec("a" * 64, 1000, "checkpoint-all").job_id == SPEC.job_id
+    variants = [replace(SPEC, budget=1001), replace(SPEC, strategy="checkpoint-last"), replace(SPEC, backend="highs"),
+                replace(SPEC, time_limit_s=61.0), replace(SPEC, mip_gap=0.01), replace(SPEC, graph_sha256="b" * 64)]
+    assert len({v.job_id for v in variants} | {SPEC.job_id}) == len(variants) + 1
+    assert replace(SPEC, time_limit_s=60).job_id == replace(SPEC, time_limit_s=60.0).job_id
+
+
+def _finished(result_status: str, strategy: str = "checkpoint-all") -> jobs.Job:
+    job = jobs.claim(jobs.new_job(replace(SPEC, strategy=strategy), graph_name="g", token=None, now=1.0),
+                     owner="o", now=2.0, lease_s=10)
+    assert job is not None
+    done = jobs.finish(job, Claim(job.id, "o", 1), now=3.0, result={"status": result_status, "log": []})
+    assert done is not None
+    return done
+
+
+def test_reuse_proofs_and_deterministic_heuristics_but_not_time_limited_incumbents():
+    assert reusable(_finished("feasible", "checkpoint-all"))
+    assert reusable(_finished("over_budget", "checkpoint-last"))
+    assert not reusable(_finished("timeout", "checkpoint-all"))
+    assert _finished("cancelled").status is JobStatus.CANCELLED
+    assert _finished("error").status is JobStatus.FAILED
+    assert not reusable(_finished("feasible", "no-such-strategy"))
+
+
+def test_a_runner_that_lost_its_claim_can_no_longer_change_the_job():
+    queued = jobs.new_job(SPEC, graph_name="g", token=None, now=1.0)
+    running = jobs.claim(queued, owner="o", now=2.0, lease_s=10)
+    assert running is not None and running.attempts == 1
+    assert jobs.claim(running, owner="p", now=2.0, lease_s=10) is None
+    stale = Claim(SPEC.job_id, "o", 0)
+    assert jobs.renew(running, stale, now=3.0, lease_s=10) is None
+    assert jobs.finish(running, stale, now=3.0, result={"status": "feasible"}) is None
+    assert jobs.renew(running, Claim(SPEC.job_id, "o", 1), now=3.0, lease_s=10).lease_until == 13.0
+
+
+def test_a_lost_job_is_queued_again_until_its_attempts_run_out():
+    running = jobs.claim(jobs.new_job(SPEC, graph_name="g", token=None, now=1.0), owner="h:1:s", now=2.0, lease_s=1)
+    assert jobs.lose(running, now=2.5, max_attempts=2) is None  # lease still valid, owner on another host
+    again = jobs.lose(running, now=5.0, max_attempts=2)
+    assert again.status is JobStatus.QUEUED and again.attempts == 1 and "queued again" in again.history[-1]
+    second = jobs.claim(again, owner="h:1:s", now=6.0, lease_s=1)
+    failed = jobs.lose(second, now=9.0, max_attempts=2)
+    assert failed.status is JobStatus.FAILED and "attempt 2 of 2" in failed.error
+
+
+def test_an_owner_on_this_host_whose_process_is_gone_is_not_alive():
+    assert jobs.owner_alive(jobs.owner_name("slot0"))
+    dead = jobs.owner_name("slot0").replace(f":{os.getpid()}:", ":999999999:")
+    assert not jobs.owner_alive(dead)
+    assert jobs.owner_alive("some-other-host:1:slot0")
+
+
+def test_cancel_ends_a_queued_job_and_flags_a_running_one():
+    queued = jobs.new_job(SPEC, graph_name="g", token=None, now=1.0)
+    assert jobs.request_cancel(queued, now=2.0).status is JobStatus.CANCELLED
+    running = jobs.claim(queued, owner="o", now=2.0, lease_s=10)
+    flagged = jobs.request_cancel(running, now=3.0)
+    assert flagged.status is JobStatus.RUNNING and flagged.cancel_requested
+    assert jobs.request_cancel(flagged, now=4.0) is None
+
+
+def test_resubmit_reruns_a_failed_job_but_keeps_a_reusable_one():
+    assert jobs.resubmit(_finished("feasible"), now=5.0, token=None) is None
+    rerun = jobs.resubmit(_finished("timeout"), now=5.0, token="t")
+    assert rerun.status is JobStatus.QUEUED and rerun.attempts == 0 and rerun.token == "t"
+
+
+def test_records_round_trip():
+    job = _finished("feasible")
+    assert jobs.Job.from_record(job.to_record()) == job
