@@ -64,5 +64,23 @@ def random_dags(draw: st.DrawFn, *, min_nodes: int = 1, max_nodes: int = 12,
     return Graph.from_json(graph_doc(nodes, name="random", fixed_memory=fixed))
 
 
+@st.composite
+def random_chains(draw: st.DrawFn, *, max_length: int = 10) -> Graph:
+    """Training chains with random costs and sizes; gradients read one or two activations (as in VGG)."""
+    n = draw(st.integers(1, max_length))
+    wide = draw(st.booleans())  # g_i also reads f_{i-1}, as a layer's backward reads its input
+
+    def numbers() -> dict[str, Any]:
+        return {"cost": draw(st.sampled_from([0.0, 1.0, 2.0, 5.0])), "memory": draw(st.integers(0, 40))}
+
+    nodes: list[dict[str, Any]] = [
+        {"id": f"f{i}", "deps": [f"f{i - 1}"] if i else [], **numbers()} for i in range(n)]
+    nodes.append({"id": "loss", "deps": [f"f{n - 1}"], "kind": "backward", **numbers()})
+    for i in reversed(range(n)):
+        reads = [f"g{i + 1}" if i + 1 < n else "loss", f"f{i}"] + ([f"f{i - 1}"] if wide and i else [])
+        nodes.append({"id": f"g{i}", "deps": reads, "kind": "backward", **numbers()})
+    return Graph.from_json(graph_doc(nodes, name="random-chain", fixed_memory=draw(st.integers(0, 20))))
+
+
 def to_json_text(graph: Graph) -> str:
     return json.dumps(graph.to_json())

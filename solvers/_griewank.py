@@ -1,0 +1,158 @@
+"""Griewank and Walther's binomial checkpointing (revolve) on a chain, computed from its recurrence.
+
+The forward pass is a chain v_0 -> v_1 -> ... -> v_{n-1} (v_0 reads nothing, so it can always be
+recomputed from scratch); the backward pass needs v_{n-1}, ..., v_0 in that order. With s snapshot
+slots, the fewest forward computations that deliver all of them is revolve's t(n + 1, s + 1): a
+chain of n + 1 steps whose first state (the graph's input) is free and whose first snapshot holds
+it. The schedule is the recursion behind that count: advance m values from the current base,
+snapshot the m-th, reverse the values above it with one slot fewer, deliver the snapshot, then
+reverse the values below it with the same slots; m is chosen so that the total is minimal.
+
+The snapshot intervals and delivery windows become S; the backward values are kept until their
+last reader; R is the optimal recomputation for that S.
+
+References
+----------
+Griewank, "Achieving logarithmic growth of temporal and spatial complexity in reverse automatic
+differentiation", Optimization Methods and Software 1(1), 1992; Griewank and Walther, "Algorithm
+799: revolve", ACM TOMS 26(1), 2000.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from remat.schedules import Graph, Schedule, recompute_closure
+
+from ._context import Outcome, SolveContext
+from ._knob import search_knob, whole_number
+from ._segments import Interval, retention_matrix
+
+__all__ = ["SNAPSHOTS", "binomial_steps", "delivery_steps", "griewank", "revolve_schedule"]
+
+SNAPSHOTS = "snapshots"
+"""The revolve knob: how many forward values may be held as snapshots at once."""
+
+
+def binomial_steps(steps: int, snapshots: int) -> int:
+    """t(l, s): the fewest forward steps that reverse ``steps`` steps with ``snapshots`` snapshots.
+
+    With r the repetition number, beta(s, r - 1) < l <= beta(s, r) where beta(s, r) = C(s + r, s),
+    t(l, s) = r * l - beta(s + 1, r - 1) (Griewank 1992, Proposition 1).
+
+    >>> binomial_steps(100, 1), binomial_steps(1000, 10)
+    (4950, 3636)
+    """
+    if steps <= 1:
+        return 0
+    if snapshots < 1:
+        raise ValueError("reversing more than one step needs at least one snapshot")
+    repetitions, reach = 0, 1
+    while reach < steps:
+        repetitions += 1
+        reach = reach * (snapshots + repetitions) // repetitions
+    return repetitions * steps - comb(snapshots + repetitions, snapshots + 1)
+
+
+def delivery_steps(values: int, slots: int) -> int:
+    """Fewest computations that deliver ``values`` chain values in reverse with ``slots`` snapshots
+    (the base below them is free): revolve's count for one more step and one more snapshot."""
+    return binomial_steps(values + 1, slots + 1)
+
+
+def revolve_schedule(graph: Graph, snapshots: int) -> Schedule:
+    """The revolve schedule of a chain graph's forward pass with ``snapshots`` snapshot slots.
+
+    On the unit chain of n forward nodes the plan computes forward nodes exactly
+    ``delivery_steps(n, snapshots)`` times.
+    """
+    chain = graph.forward_nodes
+    events = _revolve_events(len(chain), snapshots)
+    later = [[w for w in graph.users[v] if k + 1 == len(chain) or w != chain[k + 1]] for k, v in enumerate(chain)]
+    # Stage of each event: the forward stage of its value until the first delivery, then the stage
+    # of the delivery it prepares (deliveries in revolve order, never moving back in time).
+    stages: list[int] = []
+    current = -1
+    for kind, k in events:
+        if kind == "deliver":
+            current = max(current, chain[k], later[k][0] if later[k] else -1)
+        stages.append(current)
+    first_delivery = next(i for i, (kind, _) in enumerate(events) if kind == "deliver")
+    upcoming = len(graph.nodes)
+    for i in reversed(range(len(events))):
+        if i <= first_delivery:
+            stages[i] = chain[events[i][1]]
+        elif events[i][0] == "deliver":
+            upcoming = stages[i]
+        else:
+            stages[i] = upcoming
+    intervals: list[Interval] = [(chain[k], chain[k], chain[k + 1]) for k in range(len(chain) - 1)]
+    held_from: dict[int, int] = {}
+    for (kind, k), stage in zip(events, stages, strict=True):
+        if kind == "snap":
+            held_from[k] = stage
+        else:
+            start = held_from.pop(k, stage)
+            intervals.append((chain[k], start, max(stage, later[k][-1] if later[k] else stage)))
+    S = retention_matrix(graph, intervals, graph.backward)
+    return Schedule(recompute_closure(graph, S), S)
+
+
+def griewank(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
+    """Revolve on the forward chain, its snapshot count searched for the cheapest plan that fits."""
+    n = len(graph.forward_nodes)
+    return search_knob(
+        graph, budget, ctx,
+        knob=SNAPSHOTS,
+        values=range(max(n, 1)),
+        build=lambda s: revolve_schedule(graph, s),
+        parse=whole_number(SNAPSHOTS),
+    )
+
+
+def _best_split(values: int, slots: int) -> int:
+    """How many values to advance before the next snapshot (``values`` means: sweep to the top).
+
+    The total m + D(l - m, s - 1) + D(m - 1, s) is convex in m (D is convex in its first
+    argument: its increments are the repetition numbers, which never decrease), so the first m
+    where it stops falling is a minimum.
+    """
+    if slots == 0:
+        return values
+
+    def total(m: int) -> int:
+        return m + delivery_steps(values - m, slots - 1) + delivery_steps(m - 1, slots)
+
+    low, high = 1, values
+    while low < high:
+        mid = (low + high) // 2
+        if total(mid + 1) < total(mid):
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+def _revolve_events(values: int, slots: int) -> list[tuple[str, int]]:
+    """Revolve's actions in order: ``("snap", k)`` holds v_k, ``("deliver", k)`` hands v_k to the
+    backward pass (computing it by a sweep unless it is a snapshot, which is released then)."""
+    events: list[tuple[str, int]] = []
+    todo: list[tuple[int, int, int]] = [(0, values, slots)]  # (base, count, slots); count < 0: deliver
+    while todo:
+        base, count, free = todo.pop()
+        if count < 0:
+            events.append(("deliver", base))
+            continue
+        if count == 0:
+            continue
+        m = _best_split(count, free)
+        if m == count:
+            events.append(("deliver", base + count - 1))
+            todo.append((base, count - 1, free))
+        else:
+            events.append(("snap", base + m - 1))
+            todo.append((base, m - 1, free))
+            todo.append((base + m - 1, -1, 0))
+            todo.append((base + m, count - m, free - 1))
+    return events
+

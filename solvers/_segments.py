@@ -1,0 +1,129 @@
+"""From a checkpoint choice to a schedule: Chen-style segment retention, then optimal recomputation.
+
+Checkpoints cut the stages (one per node, in execution order) into segments: segment k runs from
+just after checkpoint k - 1 up to and including checkpoint k, and the last one runs to the end of
+the graph (on a training graph it holds the tail of the forward pass and the whole backward pass).
+A droppable value (a forward node that is not a checkpoint) is kept while its own segment reads it.
+When a later segment reads values of a segment that were dropped, they are recomputed together at
+that segment's first such read and each is kept until its last read there: one rung of Chen's
+ladder per reading segment. On a training graph the backward pass is one reading segment, so each
+forward segment is recomputed once for it; on a graph with no backward nodes every later segment
+that reads a dropped value (a skip connection) gets its own rung.
+
+A rung recomputes dropped values of its segment from values that are resident anyway, such as the
+checkpoint before the segment, which on a training graph its backward node still reads. Where a
+dropped value would also need a value that is gone by then, keeping that one alive longer could cost
+more than the drop saves, so the dropped value is kept across the gap instead (never on a chain;
+often on a random DAG). Everything else (checkpoints, backward nodes) is kept from its compute until
+its last reader, and R is the optimal recomputation for the resulting S (:func:`remat.schedules.recompute_closure`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Iterable
+from itertools import pairwise
+
+import numpy as np
+
+from remat.schedules import Graph, Schedule, recompute_closure
+
+__all__ = ["Interval", "retention_matrix", "segment_schedule"]
+
+Interval = tuple[int, int, int]
+"""``(node, computed_in, last_stage)``: the value is resident from stage ``computed_in`` (where it
+is computed) through stage ``last_stage`` (where it is last read)."""
+
+
+def retention_matrix(graph: Graph, intervals: Iterable[Interval], kept: np.ndarray) -> np.ndarray:
+    """S holding each value over its intervals (``S[t, v]`` for ``computed_in < t <= last_stage``)
+    and each ``kept`` value from its compute to its last reader."""
+    n = graph.size
+    stage = np.arange(n)[:, None]
+    S = kept[None, :] & (stage > np.arange(n)[None, :]) & (stage <= np.asarray(graph.last_use)[None, :])
+    for v, start, end in intervals:
+        S[start + 1:end + 1, v] = True
+    return S
+
+
+def segment_schedule(graph: Graph, checkpoints: Iterable[int]) -> Schedule:
+    """Chen's segment retention for the checkpoint set ``checkpoints`` (forward node indices).
+
+    Examples
+    --------
+    A three-node chain and its backward pass; checkpointing ``b`` drops ``a`` after the forward
+    pass and recomputes it in the stage of the backward node that reads it.
+
+    >>> from remat.schedules import Graph
+    >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
+    ...     {"id": "a", "deps": [], "cost": 1, "memory": 1},
+    ...     {"id": "b", "deps": ["a"], "cost": 1, "memory": 1},
+    ...     {"id": "c", "deps": ["b"], "cost": 1, "memory": 1},
+    ...     {"id": "gc", "deps": ["c", "b"], "cost": 1, "memory": 1, "kind": "backward"},
+    ...     {"id": "gb", "deps": ["gc", "a"], "cost": 1, "memory": 1, "kind": "backward"}]})
+    >>> schedule = segment_schedule(g, [1])
+    >>> [int(i) for i in schedule.R[4].nonzero()[0]]   # the stage of gb recomputes a
+    [0, 4]
+    """
+    layout = _Segments(graph, checkpoints)
+    spans = {v: layout.windows(v) for v in layout.droppable}
+    held = retention_matrix(graph, ((v, start, end) for v, vs in spans.items() for start, end in vs), layout.kept)
+    for v, vs in spans.items():  # ascending, so a value's deps are settled before it is checked
+        for (_, left), (rung, _) in pairwise(vs):
+            if not layout.supported(v, rung, held):
+                held[left + 1:rung + 1, v] = True
+    return Schedule(recompute_closure(graph, held), held)
+
+
+class _Segments:
+    """Where the segments of a checkpoint set lie, and what a rung may recompute from."""
+
+    def __init__(self, graph: Graph, checkpoints: Iterable[int]) -> None:
+        self.graph = graph
+        self.bounds = sorted(set(checkpoints))
+        self.kept = graph.backward.copy()
+        self.kept[self.bounds] = True
+        self.droppable = [int(v) for v in np.flatnonzero(~self.kept)]
+        self.segment = [bisect_left(self.bounds, t) for t in range(graph.size)]
+        # The first stage of each reading segment that reads a dropped value of a producer segment.
+        self.rung_start: dict[tuple[int, int], int] = {}
+        for v in self.droppable:
+            for w in graph.users[v]:
+                key = (self.segment[v], self.segment[w])
+                if key[0] != key[1] and w < self.rung_start.get(key, graph.size):
+                    self.rung_start[key] = w
+
+    def windows(self, v: int) -> list[tuple[int, int]]:
+        """``(computed_in, last_read)`` spans of droppable ``v``: its own segment, then one rung per
+        later reading segment, merged where a rung starts right after the previous span ends."""
+        own = self.segment[v]
+        last_read: dict[int, int] = {}
+        for w in self.graph.users[v]:
+            last_read[self.segment[w]] = w
+        spans = [(v, last_read.pop(own, v))]
+        for reading, last in sorted(last_read.items()):
+            rung = self.rung_start[own, reading]
+            if rung <= spans[-1][1] + 1:
+                spans[-1] = (spans[-1][0], last)
+            else:
+                spans.append((rung, last))
+        return spans
+
+    def supported(self, v: int, stage: int, held: np.ndarray) -> bool:
+        """Whether ``v`` can be recomputed in ``stage`` from the values ``held`` then and dropped
+        values of its own segment recomputed alongside it."""
+        own = self.segment[v]
+        resident = held[stage]
+        todo = [-v]
+        seen = {v}
+        while todo:
+            x = -heapq.heappop(todo)
+            for u in self.graph.deps[x]:
+                if resident[u] or u in seen:
+                    continue
+                if self.kept[u] or self.segment[u] != own:
+                    return False
+                seen.add(u)
+                heapq.heappush(todo, -u)
+        return True

@@ -1,0 +1,64 @@
+"""Properties every baseline shares: valid simulated plans, honest numbers, clear refusals."""
+
+import pytest
+from factories import BENCHMARK_NAMES, benchmark_graph, random_chains, random_dags
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remat.schedules import StrategyNotApplicable, simulate
+from remat.solvers import STRATEGIES, solve
+
+BASELINES = sorted(name for name, s in STRATEGIES.items() if not s.backends)
+KNOBS = {"chen-greedy": "segment_budget", "ap-greedy": "segment_budget", "linearized-greedy": "segment_budget",
+         "griewank": "snapshots"}
+
+
+def _check_honest(g, result):
+    """The result's plan simulates valid and its numbers are the simulator's."""
+    sim = simulate(g, result.plan)
+    assert result.cost == sim.cost
+    assert result.peak_memory == sim.peak_memory
+    assert result.status.value == ("feasible" if sim.peak_memory <= result.budget else "over_budget")
+
+
+def _solve_or_refuse(g, strategy, ratio):
+    try:
+        STRATEGIES[strategy].check(g)
+    except StrategyNotApplicable:
+        with pytest.raises(StrategyNotApplicable):
+            solve(g, budget_ratio=ratio, strategy=strategy)
+        return None
+    budget = max(g.min_feasible_budget, int(ratio * g.checkpoint_all_peak))
+    return solve(g, budget=budget, strategy=strategy)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(random_dags(max_nodes=14), random_chains(max_length=10)), st.floats(0.2, 1.2))
+@pytest.mark.parametrize("strategy", BASELINES)
+def test_every_plan_simulates_valid_and_reports_the_simulated_numbers(strategy, g, ratio):
+    result = _solve_or_refuse(g, strategy, ratio)
+    if result is not None:
+        _check_honest(g, result)
+
+
+@settings(max_examples=100, deadline=None)
+@given(random_dags(max_nodes=14))
+def test_checkpoint_all_has_overhead_one(g):
+    result = solve(g, budget_ratio=1.0, strategy="checkpoint-all")
+    assert result.overhead == 1 or g.base_cost == 0
+    assert result.peak_memory == g.checkpoint_all_peak
+
+
+def test_knob_strategies_name_their_knob():
+    assert {name: STRATEGIES[name].knob for name in BASELINES if STRATEGIES[name].knob} == KNOBS
+
+
+@pytest.mark.parametrize("name", BENCHMARK_NAMES)
+def test_every_baseline_runs_on_every_benchmark_graph(name):
+    g = benchmark_graph(name)
+    for strategy in BASELINES:
+        result = _solve_or_refuse(g, strategy, 0.8)
+        if result is not None:
+            _check_honest(g, result)
+            if strategy in KNOBS:
+                assert any(KNOBS[strategy] in line for line in result.log), strategy
