@@ -53,6 +53,9 @@ class RematModule(nn.Module):
         The remat.result/v1 the module follows.
     plan : Plan
         The plan, already simulated: ``simulation`` holds its cost and peak.
+    fixed : dict
+        The graph's fixed memory by category: parameters, buffers, inputs, gradients, outputs (the
+        loss and buffer updates), tangents, and bounds on saved random states and input copies.
     """
 
     def __init__(self, cap: Capture, compiled: Any, graph: Graph, result: Mapping[str, Any], plan: Plan,
@@ -63,6 +66,7 @@ class RematModule(nn.Module):
         self.result = dict(result)
         self.plan = plan
         self.simulation = simulation
+        self.fixed = dict(cap.joint.fixed)
         self._capture = cap
         self._compiled = compiled
         self._training = cap.step.training
@@ -80,7 +84,7 @@ class RematModule(nn.Module):
 def rematerialize(model: nn.Module, example_inputs: Sequence[torch.Tensor], budget: int | str | None = None,
                   budget_ratio: float | None = None, strategy: str = "checkmate", server: str | None = None, *,
                   loss_fn: LossFn | None = None, cost_model: str = "flops", device: str | None = None,
-                  **solve_options: Any) -> RematModule:
+                  result: Mapping[str, Any] | None = None, **solve_options: Any) -> RematModule:
     """Capture ``model``'s training step, find a plan within the budget, and return a module that runs it.
 
     Parameters
@@ -102,6 +106,9 @@ def rematerialize(model: nn.Module, example_inputs: Sequence[torch.Tensor], budg
         Roofline estimate against a device profile, or per-node timing on the real device.
     device : str, optional
         Device profile of the roofline (``"cpu"``, ``"a100"``, ``"h100"``...); default from the tensors.
+    result : dict, optional
+        A remat.result/v1 to follow instead of solving (``remat solve --output`` on this model's
+        graph); it is checked like any other, against its own budget unless one is given.
     **solve_options
         Passed to the solver: ``backend``, ``time_limit_s``, ``mip_gap``...
 
@@ -117,8 +124,11 @@ def rematerialize(model: nn.Module, example_inputs: Sequence[torch.Tensor], budg
         budget = parse_size(budget)
     with capture(model, inputs, loss_fn=loss_fn) as cap:
         graph = _graph(cap, inputs, cost_model=cost_model, device=device)
-        result = _solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy, server=server,
-                        options=solve_options)
+        if result is None:
+            result = _solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy, server=server,
+                            options=solve_options)
+        elif budget is None and budget_ratio is None:
+            budget = int(result.get("budget") or 0)
         requested = resolve_budget(graph, budget=budget, budget_ratio=budget_ratio)
         plan, simulation = check_result(graph, result, budget=requested)
         compiled = cap.compile(partition_fn(cap.joint, graph, plan), boxed_compiler)

@@ -169,7 +169,8 @@ def describe(gm: fx.GraphModule, *, name: str) -> JointGraph:
 
     mutated = {d.mutated_input for d in out_descs if isinstance(d, desc.InputMutationAOTOutput)}
     mutated_inputs = [n for n in primals if n.meta.get("desc") in mutated]
-    pinned = _pinned_storages(outputs, placeholders)
+    gradients = _pinned_storages(outputs[num_fwd:], placeholders, {})
+    pinned = _pinned_storages(outputs[:num_fwd], placeholders, gradients)
     backward = _tangent_dependent(graph, tangents)
 
     parent: dict[str, str] = {}
@@ -202,7 +203,7 @@ def describe(gm: fx.GraphModule, *, name: str) -> JointGraph:
             rng=_is_rng(node),
         ))
     rng_states = sum(_rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n))
-    fixed = _fixed_memory(primals, tangents, pinned, rng_states, mutated_inputs)
+    fixed = _fixed_memory(primals, tangents, pinned, gradients, rng_states, mutated_inputs)
     return JointGraph(
         module=gm,
         name=name,
@@ -251,10 +252,14 @@ def _tangent_dependent(graph: fx.Graph, tangents: Sequence[fx.Node]) -> set[str]
     return reached
 
 
-def _pinned_storages(outputs: Sequence[fx.Node | None], placeholders: Sequence[fx.Node]) -> dict[StorageWeakRef, int]:
-    """Storages the step returns (loss, buffer updates, gradients) that it allocates itself."""
+def _pinned_storages(outputs: Sequence[fx.Node | None], placeholders: Sequence[fx.Node],
+                     counted: Mapping[StorageWeakRef, int]) -> dict[StorageWeakRef, int]:
+    """Storages among ``outputs`` that the step allocates itself, but not those already ``counted``.
+
+    The result includes ``counted``: together they are every storage the step returns.
+    """
     inputs = {s for p in placeholders for s, _ in _storages(p.meta.get("val"))}
-    pinned: dict[StorageWeakRef, int] = {}
+    pinned: dict[StorageWeakRef, int] = dict(counted)
     for o in outputs:
         if o is not None:
             for s, b in _storages(o.meta.get("val")):
@@ -264,7 +269,7 @@ def _pinned_storages(outputs: Sequence[fx.Node | None], placeholders: Sequence[f
 
 
 def _fixed_memory(primals: Sequence[fx.Node], tangents: Sequence[fx.Node], pinned: Mapping[StorageWeakRef, int],
-                  rng_states: int, mutated: Sequence[fx.Node]) -> dict[str, int]:
+                  gradients: Mapping[StorageWeakRef, int], rng_states: int, mutated: Sequence[fx.Node]) -> dict[str, int]:
     """Resident bytes by category; each storage counted once (tied weights share one).
 
     ``mutated_copies`` are the copies of updated inputs a backward recomputation may read,
@@ -290,7 +295,8 @@ def _fixed_memory(primals: Sequence[fx.Node], tangents: Sequence[fx.Node], pinne
         "inputs": total([n for n in primals if not isinstance(n.meta.get("desc"), (desc.ParamAOTInput,
                                                                                     desc.BufferAOTInput))]),
         "tangents": total(tangents),
-        "outputs": sum(pinned.values()),
+        "gradients": sum(gradients.values()),
+        "outputs": sum(pinned.values()) - sum(gradients.values()),
         "rng_states": rng_states,
         "mutated_copies": sum(b for n in mutated for _, b in _storages(n.meta.get("val"))),
     }

@@ -1,0 +1,138 @@
+"""Training with rematerialize(): same losses, gradients and buffers as the unpatched model, and the
+memory the plan promises, on five real models and plans from several strategies and budgets."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_models import MODELS  # noqa: E402
+
+from remat.clients.torch import activation_peak, export_graph, rematerialize  # noqa: E402
+from remat.schedules import Graph, Plan, checkpoint_all_schedule, plan_from_schedule, recompute_closure  # noqa: E402
+from remat.solvers import STRATEGIES  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+STEPS = 3
+#: (strategy, budget as a fraction of the checkpoint-all activation peak).
+PLANS = [("checkpoint-all", 1.0), ("ap-greedy", 0.7), ("linearized-greedy", 0.7)]
+if "checkmate" in STRATEGIES:
+    PLANS.append(("checkmate", 0.6))
+
+_graphs: dict[str, Graph] = {}
+
+
+def _model(name: str):
+    torch.manual_seed(0)
+    return MODELS[name]()
+
+
+def _graph(name: str) -> Graph:
+    """The model's exported graph (deterministic under the roofline costs), made once per session."""
+    if name not in _graphs:
+        model, inputs, loss_fn = _model(name)
+        _graphs[name] = export_graph(model, inputs, loss_fn=loss_fn)
+    return _graphs[name]
+
+
+def _budget(graph: Graph, ratio: float) -> int:
+    return graph.fixed_memory + int(ratio * (graph.checkpoint_all_peak - graph.fixed_memory))
+
+
+def _train_side_by_side(model, ref, rm, inputs, loss_fn) -> list[int]:
+    """STEPS optimizer steps of the patched and the unpatched model, checked equal; activation peaks measured."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    peaks = []
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        opt_ref.zero_grad(set_to_none=True)
+        losses = []
+
+        def run():
+            losses.append(rm(*inputs))
+            losses[-1].backward()
+
+        torch.manual_seed(100 + step)
+        if step == 0:
+            run()  # warm-up outside the tracker
+        else:
+            peaks.append(activation_peak(run, model.parameters()))
+        torch.manual_seed(100 + step)
+        expected = loss_fn(ref, *inputs)
+        expected.backward()
+        torch.testing.assert_close(losses[-1], expected, rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=f"gradient of {name}")
+        opt.step()
+        opt_ref.step()
+    for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=f"buffer {name}")
+    return peaks
+
+
+@pytest.mark.parametrize("strategy,ratio", PLANS, ids=[f"{s}@{r}" for s, r in PLANS])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_training_follows_the_plan(name, strategy, ratio):
+    graph = _graph(name)
+    budget = _budget(graph, ratio)
+    model, inputs, loss_fn = _model(name)
+    ref = copy.deepcopy(model)
+    rm = rematerialize(model, inputs, budget=budget, strategy=strategy, loss_fn=loss_fn)
+    assert rm.graph.sha256 == graph.sha256
+    assert rm.result["status"] in ("optimal", "feasible") and rm.simulation.peak_memory <= budget
+
+    peaks = _train_side_by_side(model, ref, rm, inputs, loss_fn)
+
+    simulated = rm.simulation.peak_memory - graph.fixed_memory
+    # What the step holds besides what the tracker counts: state and inputs, and the gradients,
+    # which the tracker leaves out and the graph counts as resident throughout.
+    resident = sum(rm.fixed[k] for k in ("parameters", "buffers", "inputs", "gradients"))
+    for peak in peaks:
+        assert abs(peak - simulated) <= 0.05 * simulated, (peak, simulated)
+        assert resident + peak <= budget
+
+
+def _forced_dropout_replay(graph: Graph) -> dict:
+    """A result whose plan keeps nothing random alive: every dropout is recomputed in the backward."""
+    base = checkpoint_all_schedule(graph)
+    S = base.S.copy()
+    rng = [v for v, n in enumerate(graph.nodes) if n.meta.get("rng")]
+    S[:, rng] = False
+    plan = plan_from_schedule(graph, type(base)(recompute_closure(graph, S), S))
+    return {"format": "remat.result/v1", "status": "feasible", "strategy": "test", "graph_sha256": graph.sha256,
+            "budget": graph.checkpoint_all_peak, "plan": plan.to_json(graph)}
+
+
+def test_two_plans_with_dropout_give_the_same_gradients():
+    graph = _graph("gpt")
+    replay = _forced_dropout_replay(graph)
+    counts = Plan.from_json(graph, replay["plan"]).steps
+    computes = [graph.nodes[v].id for op, v in counts if op == "compute"]
+    assert any(computes.count(n.id) > 1 for n in graph.nodes if n.meta.get("rng")), "dropout is not recomputed"
+
+    grads = []
+    for result in (replay, None):
+        model, inputs, loss_fn = _model("gpt")
+        rm = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
+                           result=result)
+        torch.manual_seed(7)
+        rm(*inputs).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    assert np.any([g.abs().sum().item() > 0 for g in grads[0]])
+
+
+def test_batch_norm_statistics_update_once_per_step():
+    model, inputs, loss_fn = _model("resnet")
+    rm = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn)
+    for _ in range(3):
+        rm(*inputs).backward()
+    tracked = {name: int(b) for name, b in model.named_buffers() if name.endswith("num_batches_tracked")}
+    assert tracked and set(tracked.values()) == {3}
