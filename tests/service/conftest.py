@@ -170,3 +170,18 @@ def wait_until(condition, timeout_s: float = 30.0, interval_s: float = 0.1):  # 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {condition}")
         time.sleep(interval_s)
+
+
+def cancel_when_running(client, store, graph, strategy: str):  # type: ignore[no-untyped-def]
+    """Submit a long solve, cancel it once its solver runs; (the final job, the solver's pid).
+
+    Returns once the job has ended and its solver process is gone (AssertionError otherwise).
+    """
+    job = client.submit(graph, budget_ratio=0.3, strategy=strategy, time_limit_s=300)
+    pid = wait_until(lambda: store.get(job["id"], with_result=False).solver_pid, timeout_s=30)
+    time.sleep(1.0)
+    assert client.job(job["id"])["status"] == "running"
+    client.cancel(job["id"])
+    final = client.wait(job["id"], timeout_s=20, poll_s=0.1)
+    wait_until(lambda: not alive(pid), timeout_s=5)
+    return final, pid
