@@ -10,6 +10,7 @@ from ._registry import STRATEGIES, get_strategy
 from ._result import RESULT_FORMAT, Result, ResultStatus
 from ._solve import solve
 from ._strategy import Strategy, check_chain, check_training_graph, every_graph
+from .backends import available_backends
 from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "SolveContext",
     "Strategy",
     "SweepPlan",
+    "available_backends",
     "check_chain",
     "check_training_graph",
     "checkpoint_all",

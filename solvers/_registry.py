@@ -5,10 +5,13 @@ from __future__ import annotations
 from remat.schedules import UnknownStrategy
 
 from ._articulation import check_articulation_points
+from ._checkmate import checkmate
 from ._checkpoint import checkpoint_all, checkpoint_last
 from ._chen import SEGMENT_BUDGET, ap_greedy, ap_sqrtn, linearized_greedy, linearized_sqrtn
 from ._griewank import SNAPSHOTS, griewank
+from ._lp_rounding import checkmate_lp
 from ._strategy import Strategy, check_chain, check_training_graph
+from .backends import BACKENDS
 
 __all__ = ["STRATEGIES", "get_strategy"]
 
@@ -32,6 +35,10 @@ STRATEGIES: dict[str, Strategy] = {
                  linearized_sqrtn, check=check_training_graph),
         Strategy("linearized-greedy", "Chen's greedy over every forward node in execution order; budget searched.",
                  linearized_greedy, check=check_training_graph, knob=SEGMENT_BUDGET),
+        Strategy("checkmate", "Optimal MILP of the Checkmate paper, warm-started from the best baseline.", checkmate,
+                 backends=tuple(BACKENDS)),
+        Strategy("checkmate-lp", "LP relaxation with two-phase rounding; its LP value is a lower bound.", checkmate_lp,
+                 backends=tuple(name for name, b in BACKENDS.items() if b.lp)),
     )
 }
 

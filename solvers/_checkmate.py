@@ -1,0 +1,102 @@
+"""The ``checkmate`` strategy: optimal rematerialization, with the baselines as start and fallback.
+
+A solve runs in three steps:
+
+1. the baselines run (:func:`best_baseline`); the cheapest plan that fits is the first incumbent;
+2. one *solution path* searches for a better plan, starting from that incumbent, and proves what
+   it can (a lower bound, optimality, infeasibility);
+3. the cheaper of the path's plan and the baseline is returned; when it is the baseline, the
+   outcome's ``fallback`` names it.
+
+Paths live in :data:`PATHS`, in order of preference. The ``path`` option forces one; otherwise
+the first path whose ``fits(graph)`` is true is taken. The full MILP (``milp``) fits every graph
+and so comes last: a path for large graphs (a compact model, local search) plugs in by adding a
+:class:`SolutionPath` before it, with ``fits`` true for the graphs it is meant for. A path's
+``run(graph, budget, ctx, warm)`` receives the best baseline (or None) to start from, must stop
+when ``ctx.stopped()``, reports progress through ``ctx.report``, and returns an Outcome whose
+``optimal``, ``infeasible`` and ``lower_bound`` are proofs, never guesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from remat.schedules import Graph, InvalidRequest, plan_from_schedule, simulate
+
+from ._context import Outcome, SolveContext
+from ._fallback import Baseline, best_baseline
+from ._milp_solve import solve_milp
+
+__all__ = ["OPTIONS", "PATHS", "SolutionPath", "checkmate"]
+
+
+@dataclass(frozen=True)
+class SolutionPath:
+    """One way of solving the checkmate problem; ``fits`` says whether ``auto`` picks it for a graph."""
+
+    name: str
+    summary: str
+    run: Callable[[Graph, int, SolveContext, Baseline | None], Outcome]
+    fits: Callable[[Graph], bool] = lambda graph: True
+
+
+PATHS: dict[str, SolutionPath] = {
+    p.name: p
+    for p in (
+        SolutionPath("milp", "The full MILP of the Checkmate paper (R, S, U, Free) on a MILP engine.", solve_milp),
+    )
+}
+
+OPTIONS: Mapping[str, str] = {
+    "path": f"force a solution path: {', '.join(PATHS)} (default: the first that fits the graph)",
+    "warm_start": "true (default) to start from the best baseline, false to start from nothing",
+}
+"""The options the checkmate strategy reads from ``ctx.options``, with what each does."""
+
+
+def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
+    """Solve to optimality (or as far as the time limit allows), never returning worse than the best baseline."""
+    path, warm_start = _read_options(ctx.options, graph)
+    warm = best_baseline(graph, budget, ctx)
+    if warm is not None:
+        ctx.report(incumbent_cost=warm.cost, message=f"best baseline: {warm.name}, cost {warm.cost:g}")
+    outcome = Outcome(None)
+    if not ctx.stopped():
+        outcome = path.run(graph, budget, ctx, warm if warm_start else None)
+    return _better(graph, budget, ctx, outcome, warm)
+
+
+def _read_options(options: Mapping[str, Any], graph: Graph) -> tuple[SolutionPath, bool]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise InvalidRequest(f"Unknown option {unknown[0]!r} for checkmate; the options are: {', '.join(OPTIONS)}.",
+                             field="options")
+    name = options.get("path")
+    if name is None:
+        path = next(p for p in PATHS.values() if p.fits(graph))
+    elif name in PATHS:
+        path = PATHS[name]
+    else:
+        raise InvalidRequest(f"Unknown checkmate path {name!r}; choose one of: {', '.join(PATHS)}.", field="options")
+    warm_start = options.get("warm_start", True)
+    if not isinstance(warm_start, bool):
+        raise InvalidRequest(f"Option 'warm_start' must be true or false, got {warm_start!r}.", field="options")
+    return path, warm_start
+
+
+def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm: Baseline | None) -> Outcome:
+    """The path's outcome, or the baseline's plan (as a fallback) when the path found nothing as cheap that fits."""
+    if warm is None:
+        return outcome
+    if outcome.schedule is not None:
+        simulation = simulate(graph, plan_from_schedule(graph, outcome.schedule))
+        if simulation.peak_memory <= budget and simulation.cost <= warm.cost:
+            return outcome
+    if outcome.infeasible:
+        outcome.log.append(f"the path claimed that nothing fits, but {warm.name} does: check the path")
+    fallback = warm.as_fallback(outcome)
+    bound = outcome.lower_bound
+    fallback.optimal = bound is not None and warm.cost - bound <= (ctx.mip_gap + 1e-9) * warm.cost
+    return fallback

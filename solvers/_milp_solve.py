@@ -1,0 +1,97 @@
+"""Solving a Checkmate model on a backend: limits from the context, progress in real units, plans.
+
+Every incumbent an engine reports becomes a schedule (S rounded, R the minimal closure) and is
+simulated at once; the cheapest one that fits the budget is kept, so a plan survives even when the
+engine has to be killed. Bounds are converted back to the graph's cost units. A solution is
+``optimal`` only when the simulated cost is within the requested gap of a proved bound, and bounds
+and infeasibility count as proofs only when the model's memory is exact (no size was rounded up).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from remat.schedules import Graph, Schedule, Simulation, plan_from_schedule, simulate
+
+from ._context import Outcome, SolveContext
+from ._fallback import Baseline
+from ._milp_model import CheckmateModel, build_checkmate_model
+from .backends import BackendResult, EngineStatus, Limits, SolverProgress, choose_backend, run_backend
+
+__all__ = ["FINISH_S", "engine_limits", "run_checkmate_model", "solve_milp"]
+
+FINISH_S = 1.0
+"""Seconds of the time limit kept back for starting the solver process and building the plan."""
+
+
+def engine_limits(ctx: SolveContext) -> Limits:
+    """The engine's share of the context's limits; the context's stop event stops the engine."""
+    return Limits(time_limit_s=max(ctx.remaining_s() - FINISH_S, 0.1), mip_gap=ctx.mip_gap, threads=ctx.threads,
+                  stop=ctx.stop_event)
+
+
+def solve_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | None) -> Outcome:
+    """The ``milp`` path of the checkmate strategy: the full MILP, warm-started from ``warm``."""
+    model = build_checkmate_model(graph, budget)
+    start = model.encode(warm.schedule) if warm is not None else None
+    if warm is not None:
+        ctx.report(message=f"MIP start: {warm.name} (cost {warm.cost:g})" if start is not None
+                   else f"no MIP start: {warm.name} does not fit the model")
+    return run_checkmate_model(model, ctx, start=start)
+
+
+def run_checkmate_model(model: CheckmateModel, ctx: SolveContext, *, start: np.ndarray | None = None) -> Outcome:
+    """Solve ``model`` on the context's backend in a solver process and turn the result into an Outcome."""
+    backend = choose_backend(ctx.backend, model.milp)
+    scale = model.memory
+    ctx.report(message=f"{model.milp.describe()}; backend {backend.name}; memory in units of {scale.unit} B"
+                       f"{'' if scale.exact else ' (sizes rounded up: bounds are not proofs)'}")
+    tracker = _Incumbents(model, ctx)
+    result = run_backend(backend, model.milp.with_start(start), engine_limits(ctx), tracker.progress)
+    return tracker.outcome(result, backend.name)
+
+
+class _Incumbents:
+    """Keeps the cheapest in-budget plan among the engine's incumbents and reports progress."""
+
+    def __init__(self, model: CheckmateModel, ctx: SolveContext) -> None:
+        self.model, self.ctx = model, ctx
+        self.best: tuple[Schedule, Simulation] | None = None
+        self.bound: float | None = None
+
+    def offer(self, watched: np.ndarray) -> None:
+        """Simulate the schedule of an incumbent; keep it if it fits and is the cheapest so far."""
+        schedule = self.model.schedule(watched)
+        simulation = simulate(self.model.graph, plan_from_schedule(self.model.graph, schedule))
+        if simulation.peak_memory <= self.model.budget and (self.best is None or simulation.cost < self.best[1].cost):
+            self.best = (schedule, simulation)
+
+    def progress(self, progress: SolverProgress) -> None:
+        if progress.bound is not None and math.isfinite(progress.bound) and self.model.memory.exact:
+            bound = self.model.real_cost(progress.bound)
+            self.bound = bound if self.bound is None else max(self.bound, bound)
+        if progress.watched is not None:
+            self.offer(progress.watched)
+        self.ctx.report(incumbent_cost=self.best[1].cost if self.best else None, lower_bound=self.bound)
+
+    def outcome(self, result: BackendResult, backend: str) -> Outcome:
+        """The best plan, the best bound, and whether they prove optimality within the requested gap."""
+        log = result.log[-20:]
+        if result.status is EngineStatus.INFEASIBLE:
+            if self.model.memory.exact:
+                return Outcome(None, infeasible=True, backend=backend,
+                               log=[*log, "the engine proved that no schedule of this form fits the budget"])
+            return Outcome(None, backend=backend, log=[*log, "no schedule fits with sizes rounded up (not a proof)"])
+        if result.watched is not None:
+            self.offer(result.watched)
+        if result.bound is not None:
+            self.progress(SolverProgress(self.ctx.elapsed_s(), bound=result.bound))
+        if self.best is None:
+            return Outcome(None, lower_bound=self.bound, backend=backend, log=log)
+        schedule, simulation = self.best
+        cost, bound = simulation.cost, self.bound
+        optimal = bound is not None and cost - bound <= (self.ctx.mip_gap + 1e-9) * cost
+        return Outcome(schedule, optimal=optimal, lower_bound=None if bound is None else min(bound, cost),
+                       backend=backend, log=log)
