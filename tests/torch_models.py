@@ -3,6 +3,10 @@
 Every factory follows the ``remat profile`` contract: ``factory(batch_size=None, **size)`` returns
 ``(model, example_inputs, loss_fn)`` where ``loss_fn(model, *inputs)`` is the training step's
 loss. Defaults are small enough for a 2-core CPU test run; the benchmark passes larger sizes.
+
+Each model runs its blocks under ``torch.utils.checkpoint`` in groups of ``checkpoint_every``
+blocks when that attribute is set (0, the default, means no checkpointing): the baseline the
+benchmark compares remat with. ``CHECKPOINT_SETTINGS`` lists the groupings that make sense.
 """
 
 from __future__ import annotations
@@ -14,8 +18,32 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 Factory = Callable[..., tuple[nn.Module, tuple[torch.Tensor, ...], Callable[..., torch.Tensor]]]
+
+
+def _blocks(fns: list[Callable[..., Any]], state: Any, every: int) -> Any:
+    """Apply ``fns`` in order to ``state`` (a tensor or a tuple); groups of ``every`` run checkpointed."""
+    if every <= 0:
+        for fn in fns:
+            state = fn(state)
+        return state
+    for i in range(0, len(fns), every):
+        group = fns[i:i + every]
+        packed = state if isinstance(state, tuple) else (state,)
+        out = checkpoint(_group(group, isinstance(state, tuple)), *packed, use_reentrant=False)
+        state = out
+    return state
+
+
+def _group(fns: list[Callable[..., Any]], tupled: bool) -> Callable[..., Any]:
+    def run(*args: torch.Tensor) -> Any:
+        state: Any = args if tupled else args[0]
+        for fn in fns:
+            state = fn(state)
+        return state
+    return run
 
 
 def _regression(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -33,12 +61,11 @@ def _classification(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch
 class MLP(nn.Module):
     def __init__(self, width: int, depth: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth))
+        self.checkpoint_every = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = torch.tanh(layer(x))
-        return x
+        return _blocks(list(self.layers), x, self.checkpoint_every)
 
 
 def mlp(batch_size: int | None = None, *, width: int = 128, depth: int = 8) -> Any:
@@ -79,9 +106,10 @@ class ResNet(nn.Module):
                 c = cout
         self.layers = nn.Sequential(*layers)
         self.head = nn.Linear(c, classes)
+        self.checkpoint_every = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.layers(self.stem(x))
+        h = _blocks(list(self.layers), self.stem(x), self.checkpoint_every)
         return self.head(h.mean(dim=(2, 3)))
 
 
@@ -107,16 +135,21 @@ class UNet(nn.Module):
         self.up = nn.ModuleList(nn.ConvTranspose2d(chans[i + 1], chans[i], 2, stride=2) for i in range(levels))
         self.merge = nn.ModuleList(_double_conv(2 * chans[i], chans[i]) for i in range(levels))
         self.out = nn.Conv2d(chans[0], 1, 1)
+        self.checkpoint_every = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         skips = []
         for i, block in enumerate(self.down):
-            x = block(x if i == 0 else F.max_pool2d(x, 2))
+            x = self._run(block, x if i == 0 else F.max_pool2d(x, 2))
             skips.append(x)
         x = skips.pop()
         for i in reversed(range(len(self.up))):
-            x = self.merge[i](torch.cat([self.up[i](x), skips.pop()], dim=1))
+            x = self._run(self.merge[i], torch.cat([self.up[i](x), skips.pop()], dim=1))
         return self.out(x)
+
+    def _run(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """A double convolution; checkpointed one by one (skips make larger groups awkward)."""
+        return _blocks([block], x, self.checkpoint_every)
 
 
 def unet(batch_size: int | None = None, *, width: int = 4, levels: int = 2, image: int = 16) -> Any:
@@ -168,12 +201,12 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(GPTBlock(dim, heads, dropout) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
+        self.checkpoint_every = 0
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.tok(idx) + self.pos(pos))
-        for block in self.blocks:
-            x = block(x)
+        x = _blocks(list(self.blocks), x, self.checkpoint_every)
         return self.head(self.ln(x))
 
 
@@ -192,12 +225,12 @@ class UnrolledLSTM(nn.Module):
         super().__init__()
         self.cell = nn.LSTMCell(features, hidden)
         self.head = nn.Linear(hidden, classes)
+        self.checkpoint_every = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.new_zeros(x.shape[0], self.cell.hidden_size)
-        c = torch.zeros_like(h)
-        for t in range(x.shape[1]):
-            h, c = self.cell(x[:, t], (h, c))
+        steps = [lambda state, t=t: self.cell(x[:, t], state) for t in range(x.shape[1])]
+        h, _ = _blocks(steps, (h, torch.zeros_like(h)), self.checkpoint_every)
         return self.head(h)
 
 
@@ -208,3 +241,7 @@ def lstm(batch_size: int | None = None, *, steps: int = 12, features: int = 16, 
 
 
 MODELS: dict[str, Factory] = {"mlp": mlp, "resnet": resnet, "unet": unet, "gpt": gpt, "lstm": lstm}
+
+#: Values of ``checkpoint_every`` worth comparing, per model.
+CHECKPOINT_SETTINGS: dict[str, tuple[int, ...]] = {"mlp": (1, 2, 4), "resnet": (1, 2), "unet": (1,), "gpt": (1, 2),
+                                                   "lstm": (1, 2, 4)}
