@@ -4,10 +4,13 @@ A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``; :func:`so
 place that turns an outcome into a simulated :class:`Result`.
 """
 
+from ._articulation import articulation_points
 from ._checkpoint import checkpoint_all, checkpoint_last
 from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext
+from ._griewank import binomial_steps, revolve_schedule
 from ._registry import STRATEGIES, get_strategy
 from ._result import RESULT_FORMAT, Result, ResultStatus
+from ._segments import segment_schedule
 from ._solve import solve
 from ._strategy import Strategy, check_chain, check_training_graph, every_graph
 from .backends import available_backends
@@ -26,7 +29,9 @@ __all__ = [
     "SolveContext",
     "Strategy",
     "SweepPlan",
+    "articulation_points",
     "available_backends",
+    "binomial_steps",
     "check_chain",
     "check_training_graph",
     "checkpoint_all",
@@ -34,6 +39,8 @@ __all__ = [
     "every_graph",
     "get_strategy",
     "plan_sweep",
+    "revolve_schedule",
+    "segment_schedule",
     "solve",
     "sweep_budgets",
 ]

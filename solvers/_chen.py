@@ -14,6 +14,7 @@ Chen, Xu, Zhang and Guestrin, "Training deep nets with sublinear memory cost", a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from math import isqrt
 
 import numpy as np
@@ -66,15 +67,7 @@ def greedy_checkpoints(graph: Graph, candidates: Sequence[int], segment_budget: 
     >>> greedy_checkpoints(g, range(6), 3)
     (1, 3, 5)
     """
-    running, positions = _running_sums(graph, candidates)
-    chosen: list[int] = []
-    restart = 0
-    while True:
-        j = int(np.searchsorted(running, restart + segment_budget, side="right"))
-        if j == len(running):
-            return tuple(chosen)
-        chosen.append(positions[j])
-        restart = int(running[j])
+    return _walk(*_running_sums(graph, candidates), segment_budget)
 
 
 def segment_budgets(graph: Graph, candidates: Sequence[int]) -> list[int]:
@@ -119,8 +112,11 @@ def ap_greedy(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 
 def _greedy(graph: Graph, budget: int, ctx: SolveContext, candidates: Sequence[int]) -> Outcome:
+    running, positions = _running_sums(graph, candidates)
+
+    @cache
     def checkpoints(segment_budget: int) -> tuple[int, ...]:
-        return greedy_checkpoints(graph, candidates, segment_budget)
+        return _walk(running, positions, segment_budget)
 
     return search_knob(
         graph, budget, ctx,
@@ -130,6 +126,19 @@ def _greedy(graph: Graph, budget: int, ctx: SolveContext, candidates: Sequence[i
         key=checkpoints,
         parse=whole_number(SEGMENT_BUDGET),
     )
+
+
+def _walk(running: np.ndarray, positions: list[int], segment_budget: int) -> tuple[int, ...]:
+    """The greedy walk over candidate running sums: each checkpoint is the first candidate whose sum
+    since the previous checkpoint exceeds the budget."""
+    chosen: list[int] = []
+    restart = 0
+    while True:
+        j = int(np.searchsorted(running, restart + segment_budget, side="right"))
+        if j == len(running):
+            return tuple(chosen)
+        chosen.append(positions[j])
+        restart = int(running[j])
 
 
 def _running_sums(graph: Graph, candidates: Sequence[int]) -> tuple[np.ndarray, list[int]]:

@@ -67,33 +67,25 @@ def revolve_schedule(graph: Graph, snapshots: int) -> Schedule:
     ``delivery_steps(n, snapshots)`` times.
     """
     chain = graph.forward_nodes
-    events = _revolve_events(len(chain), snapshots)
-    later = [[w for w in graph.users[v] if k + 1 == len(chain) or w != chain[k + 1]] for k, v in enumerate(chain)]
-    # Stage of each event: the forward stage of its value until the first delivery, then the stage
-    # of the delivery it prepares (deliveries in revolve order, never moving back in time).
-    stages: list[int] = []
-    current = -1
-    for kind, k in events:
-        if kind == "deliver":
-            current = max(current, chain[k], later[k][0] if later[k] else -1)
-        stages.append(current)
-    first_delivery = next(i for i, (kind, _) in enumerate(events) if kind == "deliver")
-    upcoming = len(graph.nodes)
-    for i in reversed(range(len(events))):
-        if i <= first_delivery:
-            stages[i] = chain[events[i][1]]
-        elif events[i][0] == "deliver":
-            upcoming = stages[i]
-        else:
-            stages[i] = upcoming
+    # the backward pass's reads of each chain value (all reads but the next forward node's)
+    reads = [[w for w in graph.users[v] if k + 1 == len(chain) or w != chain[k + 1]] for k, v in enumerate(chain)]
     intervals: list[Interval] = [(chain[k], chain[k], chain[k + 1]) for k in range(len(chain) - 1)]
-    held_from: dict[int, int] = {}
-    for (kind, k), stage in zip(events, stages, strict=True):
+    held_from: dict[int, int] = {}  # snapshot -> stage that computes it
+    sweep: list[int] = []  # snapshots taken since the last delivery, computed in the next one's stage
+    stage = -1  # stage of the latest delivery; -1 during the first forward pass
+    for kind, k in _revolve_events(len(chain), snapshots):
         if kind == "snap":
-            held_from[k] = stage
-        else:
-            start = held_from.pop(k, stage)
-            intervals.append((chain[k], start, max(stage, later[k][-1] if later[k] else stage)))
+            if stage < 0:
+                held_from[k] = chain[k]
+            else:
+                sweep.append(k)
+            continue
+        computed_in = chain[k] if stage < 0 else None
+        stage = max([stage, chain[k], *reads[k][:1]])
+        held_from.update((j, stage) for j in sweep)
+        sweep.clear()
+        start = held_from.pop(k, stage if computed_in is None else computed_in)
+        intervals.append((chain[k], start, max([stage, *reads[k][-1:]])))
     S = retention_matrix(graph, intervals, graph.backward)
     return Schedule(recompute_closure(graph, S), S)
 

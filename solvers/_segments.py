@@ -23,7 +23,6 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Iterable
-from itertools import pairwise
 
 import numpy as np
 
@@ -67,13 +66,17 @@ def segment_schedule(graph: Graph, checkpoints: Iterable[int]) -> Schedule:
     [0, 4]
     """
     layout = _Segments(graph, checkpoints)
-    spans = {v: layout.windows(v) for v in layout.droppable}
-    held = retention_matrix(graph, ((v, start, end) for v, vs in spans.items() for start, end in vs), layout.kept)
-    for v, vs in spans.items():  # ascending, so a value's deps are settled before it is checked
-        for (_, left), (rung, _) in pairwise(vs):
-            if not layout.supported(v, rung, held):
-                held[left + 1:rung + 1, v] = True
-    return Schedule(recompute_closure(graph, held), held)
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for v in layout.droppable:  # ascending: whatever recomputing v reads is settled before v
+        own, *rungs = layout.windows(v)
+        spans[v] = [own]
+        for rung, last in rungs:
+            if layout.supported(v, rung, spans):
+                spans[v].append((rung, last))
+            else:  # keep v across the gap instead
+                spans[v][-1] = (spans[v][-1][0], last)
+    S = retention_matrix(graph, ((v, start, end) for v, vs in spans.items() for start, end in vs), layout.kept)
+    return Schedule(recompute_closure(graph, S), S)
 
 
 class _Segments:
@@ -85,6 +88,7 @@ class _Segments:
         self.kept = graph.backward.copy()
         self.kept[self.bounds] = True
         self.droppable = [int(v) for v in np.flatnonzero(~self.kept)]
+        self.is_kept: list[bool] = self.kept.tolist()
         self.segment = [bisect_left(self.bounds, t) for t in range(graph.size)]
         # The first stage of each reading segment that reads a dropped value of a producer segment.
         self.rung_start: dict[tuple[int, int], int] = {}
@@ -110,19 +114,26 @@ class _Segments:
                 spans.append((rung, last))
         return spans
 
-    def supported(self, v: int, stage: int, held: np.ndarray) -> bool:
-        """Whether ``v`` can be recomputed in ``stage`` from the values ``held`` then and dropped
-        values of its own segment recomputed alongside it."""
+    def supported(self, v: int, stage: int, spans: dict[int, list[tuple[int, int]]]) -> bool:
+        """Whether ``v`` can be recomputed in ``stage`` from values resident then (kept values in
+        their lifetimes, dropped ones in their ``spans``) and dropped values of its own segment
+        recomputed alongside it."""
         own = self.segment[v]
-        resident = held[stage]
+        last_use = self.graph.last_use
         todo = [-v]
         seen = {v}
         while todo:
             x = -heapq.heappop(todo)
             for u in self.graph.deps[x]:
-                if resident[u] or u in seen:
+                if u in seen:
                     continue
-                if self.kept[u] or self.segment[u] != own:
+                if self.is_kept[u]:
+                    if stage <= last_use[u]:
+                        continue
+                    return False
+                if any(start < stage <= end for start, end in spans[u]):
+                    continue
+                if self.segment[u] != own:
                     return False
                 seen.add(u)
                 heapq.heappush(todo, -u)

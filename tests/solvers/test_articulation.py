@@ -3,7 +3,8 @@ from factories import benchmark_graph, chain, graph_doc, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, StrategyNotApplicable
-from remat.solvers._articulation import articulation_points, check_articulation_points
+from remat.solvers import articulation_points
+from remat.solvers._articulation import check_articulation_points
 
 
 def _components(nodes, edges):
@@ -31,7 +32,7 @@ def _cut_vertices_by_removal(g):
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(random_dags(max_nodes=14))
 def test_matches_remove_and_count(g):
     assert articulation_points(g) == _cut_vertices_by_removal(g)

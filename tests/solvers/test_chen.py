@@ -7,10 +7,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import Graph, StrategyNotApplicable, plan_from_schedule, simulate
-from remat.solvers import solve
+from remat.solvers import segment_schedule, solve
 from remat.solvers._chen import greedy_checkpoints, segment_budgets, sqrtn_checkpoints
 from remat.solvers._knob import EXHAUSTIVE_LIMIT
-from remat.solvers._segments import segment_schedule
 
 
 @pytest.mark.parametrize("n", [16, 36, 50, 100, 225, 400])

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import InvalidRequest, plan_from_schedule, simulate
-from remat.solvers import solve
-from remat.solvers._griewank import binomial_steps, delivery_steps, revolve_schedule
+from remat.solvers import binomial_steps, revolve_schedule, solve
+from remat.solvers._griewank import delivery_steps
 
 
 @cache
@@ -81,7 +81,7 @@ def test_the_snapshot_count_can_be_pinned():
         solve(g, budget_ratio=1.0, strategy="griewank", options={"snapshots": -1})
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(random_chains(max_length=12), st.floats(0.3, 1.0))
 def test_the_search_fits_whenever_some_snapshot_count_does(g, ratio):
     budget = max(g.min_feasible_budget, int(ratio * g.checkpoint_all_peak))

@@ -4,16 +4,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import plan_from_schedule, recompute_closure, simulate
-from remat.solvers._segments import segment_schedule
+from remat.solvers import segment_schedule
 
 
 @st.composite
-def graph_and_checkpoints(draw, graphs=random_dags(max_nodes=14)):
-    g = draw(graphs)
+def graph_and_checkpoints(draw, graphs=None):
+    g = draw(random_dags(max_nodes=14) if graphs is None else graphs)
     return g, sorted(draw(st.sets(st.sampled_from(g.forward_nodes)))) if g.forward_nodes else []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(graph_and_checkpoints())
 def test_every_checkpoint_choice_gives_a_valid_plan_with_optimal_recomputation(case):
     g, checkpoints = case
@@ -25,7 +25,7 @@ def test_every_checkpoint_choice_gives_a_valid_plan_with_optimal_recomputation(c
     assert (sim.compute_counts[checkpoints] == 1).all()  # nor are checkpoints
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(graph_and_checkpoints(random_chains(max_length=14)))
 def test_on_a_chain_each_dropped_segment_is_recomputed_once(case):
     g, checkpoints = case
@@ -33,7 +33,7 @@ def test_on_a_chain_each_dropped_segment_is_recomputed_once(case):
     assert sim.compute_counts.max() <= 2
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(random_dags(max_nodes=14))
 def test_no_checkpoints_or_all_of_them_is_checkpoint_all(g):
     for checkpoints in ([], list(g.forward_nodes)):
@@ -54,7 +54,7 @@ def test_a_checkpoint_splits_the_backward_ladder():
     assert schedule.S[g.index["loss"], 3:6].all()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(graph_and_checkpoints())
 def test_a_rung_never_keeps_a_value_past_its_last_reader(case):
     # Recomputing a dropped value from an older one that is gone would keep that one alive longer
