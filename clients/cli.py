@@ -75,6 +75,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="worker name (default: random)")
     p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     p.set_defaults(run=_worker)
+
+    p = sub.add_parser("profile", help="capture a PyTorch model's training step as a remat.graph/v1 (needs torch)")
+    p.add_argument("factory", metavar="MODULE:FACTORY",
+                   help="FACTORY([batch_size=N]) returns (model, example_inputs[, loss_fn]); MODULE is a module "
+                        "name or a .py file")
+    p.add_argument("--batch-size", type=int, help="passed to the factory as batch_size")
+    p.add_argument("--cost-model", default="flops", help="flops (roofline estimate) or measured (timed per node)")
+    p.add_argument("--device", help="device profile of the flops model: cpu, v100, a100, h100 (default: the model's)")
+    p.add_argument("--output", "-o", help="write the graph JSON here (default: stdout)")
+    p.set_defaults(run=_profile)
     return parser
 
 
@@ -83,6 +93,16 @@ def _size(text: str) -> int:
         return parse_size(text)
     except RematError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _profile(args: argparse.Namespace) -> int:
+    try:
+        from remat.clients.torch._profile import run
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise RematError("remat profile needs PyTorch: pip install 'remat[torch]'.") from None
+    return run(args)
 
 
 def _solve(args: argparse.Namespace) -> int:
