@@ -76,6 +76,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     p.set_defaults(run=_worker)
 
+    p = sub.add_parser("compare", help="every strategy over a budget sweep: a table, and an HTML report with --html")
+    p.add_argument("graph", help="remat.graph/v1 JSON file")
+    p.add_argument("--strategies", type=_names, help="comma-separated (default: every one that applies)")
+    p.add_argument("--budgets", type=_sizes, help="comma-separated sizes (default: about a dozen from the smallest "
+                                                  "feasible budget to the checkpoint-all peak, plus natural points)")
+    p.add_argument("--points", type=int, help="evenly spaced budgets in the default sweep (in-process; default 12)")
+    p.add_argument("--backend", default="auto", help="solver backend for the strategies that use one")
+    p.add_argument("--time-limit", type=float, help="seconds per point (default 60, or the server's default)")
+    p.add_argument("--server", help="run the sweep as jobs on a remat service at this URL")
+    p.add_argument("--html", metavar="FILE", help="write the chart and table as one self-contained HTML file")
+    p.set_defaults(run=_compare)
+
     p = sub.add_parser("profile", help="capture a PyTorch model's training step as a remat.graph/v1 (needs torch)")
     p.add_argument("factory", metavar="MODULE:FACTORY",
                    help="FACTORY([batch_size=N]) returns (model, example_inputs[, loss_fn]); MODULE is a module "
@@ -93,6 +105,20 @@ def _size(text: str) -> int:
         return parse_size(text)
     except RematError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _sizes(text: str) -> list[int]:
+    return [_size(size) for size in _names(text)]
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from remat.clients._compare import run
+
+    return run(args)
 
 
 def _profile(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(routes.health)
+    app.include_router(routes.dashboard)
     for router in (routes.solve, routes.jobs, routes.sweeps, routes.strategies):
         app.include_router(router, dependencies=[Depends(require_token)])
     return app

@@ -6,7 +6,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from remat.schedules import JobNotFound
 
 from . import _jobs
 from ._jobs import Job, JobStatus
-from ._store import KEEP, Change, JobStore
+from ._store import KEEP, RESULT_BULK, Change, JobStore
 from ._sweeps import Sweep
 
 __all__ = ["SqliteStore"]
@@ -121,13 +121,21 @@ class SqliteStore(JobStore):
 
     def get_many(self, job_ids: Sequence[str], *, with_result: bool = False) -> list[Job]:
         column = "result" if with_result else "NULL"
-        found: dict[str, Job] = {}
+        found = {row[2]: _job(row) for row in self._rows_of(f"SELECT record, {column}, id FROM jobs", job_ids)}
+        return [found[i] for i in job_ids if i in found]
+
+    def result_summaries(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """As JobStore's, with the bulk dropped inside SQLite (json_remove), which is many times faster."""
+        paths = ", ".join(f"'$.{name}'" for name in RESULT_BULK)
+        rows = self._rows_of(f"SELECT id, json_remove(result, {paths}) FROM jobs", job_ids,
+                             where="result IS NOT NULL AND ")
+        return {job_id: json.loads(doc) for job_id, doc in rows}
+
+    def _rows_of(self, select: str, job_ids: Sequence[str], *, where: str = "") -> Iterator[Any]:
+        """``select`` over the jobs among ``job_ids``, a few hundred ids per query."""
         for start in range(0, len(job_ids), 500):
             chunk = list(job_ids[start:start + 500])
-            marks = ",".join("?" * len(chunk))
-            for row in self._conn().execute(f"SELECT record, {column}, id FROM jobs WHERE id IN ({marks})", chunk):
-                found[row[2]] = _job(row)
-        return [found[i] for i in job_ids if i in found]
+            yield from self._conn().execute(f"{select} WHERE {where}id IN ({','.join('?' * len(chunk))})", chunk)
 
     def list_jobs(self, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:
         if status is None:

@@ -18,10 +18,13 @@ from . import _jobs
 from ._jobs import Claim, Job, JobStatus, SolveSpec
 from ._sweeps import Sweep
 
-__all__ = ["KEEP", "JobStore"]
+__all__ = ["KEEP", "RESULT_BULK", "JobStore"]
 
 KEEP: Any = object()
 """Passed as ``result`` to ``_update``: leave the stored result as it is."""
+
+RESULT_BULK = ("schedule", "plan", "log")
+"""The fields of a remat.result/v1 that ``result_summaries`` leaves out (the bulk of a big graph's result)."""
 
 Change = Callable[[Job], "Job | None"]
 
@@ -58,6 +61,12 @@ class JobStore(ABC):
     @abstractmethod
     def get_many(self, job_ids: Sequence[str], *, with_result: bool = False) -> list[Job]:
         """The jobs that exist among ``job_ids``, in that order."""
+
+    def result_summaries(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The results of those of ``job_ids`` that have one, less ``RESULT_BULK``: what lists and charts
+        need, without reading whole schedules and plans."""
+        return {j.id: {k: v for k, v in j.result.items() if k not in RESULT_BULK}
+                for j in self.get_many(job_ids, with_result=True) if j.result is not None}
 
     @abstractmethod
     def list_jobs(self, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:

@@ -1,9 +1,10 @@
 """One APIRouter per resource; :func:`remat.service.create_app` includes them all."""
 
+from .dashboard import router as dashboard
 from .health import router as health
 from .jobs import router as jobs
 from .solve import router as solve
 from .strategies import router as strategies
 from .sweeps import router as sweeps
 
-__all__ = ["health", "jobs", "solve", "strategies", "sweeps"]
+__all__ = ["dashboard", "health", "jobs", "solve", "strategies", "sweeps"]

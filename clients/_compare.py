@@ -1,0 +1,128 @@
+"""``remat compare``: every strategy over a budget sweep of one graph, in-process or on a remat service.
+
+In-process, the sweep's points come from :func:`remat.solvers.plan_sweep` (the service chooses them
+the same way) and each is solved by :func:`remat.solvers.solve`; against a server, the sweep runs as
+jobs there. Either way the outcome is the dashboard's :class:`~remat.service.dashboard.SweepView`,
+printed as a table and, on request, written as the dashboard's sweep page in one offline HTML file.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from remat.schedules import Graph, InvalidRequest, format_size
+from remat.service.dashboard import SweepCell, SweepView, render_report, sweep_table
+from remat.solvers import DEFAULT_TIME_LIMIT_S, SWEEP_POINTS, get_strategy, plan_sweep, solve
+
+from .http import TERMINAL, Client
+
+__all__ = ["compare_here", "compare_on", "table_text", "write_report"]
+
+Report = Callable[[str], None]
+
+_JOB_STATUS = {"error": "failed", "cancelled": "cancelled"}
+"""A job's status from its result's, as the service records it (every other result: succeeded)."""
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def compare_here(graph: Graph, *, strategies: Sequence[str] | None = None, budgets: Sequence[int] | None = None,
+                 points: int = SWEEP_POINTS, backend: str = "auto", time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+                 report: Report = _stderr) -> SweepView:
+    """Solve every (strategy, budget) of the sweep in this process, one after the other."""
+    plan = plan_sweep(graph, strategies=strategies, budgets=budgets, points=points, time_limit_s=time_limit_s)
+    cells = []
+    for k, (strategy, budget) in enumerate(plan.points, 1):
+        uses_backend = backend if get_strategy(strategy).backends else "auto"
+        result = solve(graph, budget=budget, strategy=strategy, backend=uses_backend,
+                       time_limit_s=time_limit_s).to_json()
+        cells.append(SweepCell(strategy, budget, _JOB_STATUS.get(result["status"], "succeeded"), result))
+        report(f"[{k}/{len(plan.points)}] {_point_line(result)}")
+    return SweepView(graph.name, graph.min_feasible_budget, graph.checkpoint_all_peak, plan.strategies,
+                     tuple(sorted(plan.budgets)), tuple(cells), dict(plan.natural))
+
+
+def compare_on(client: Client, graph: Graph, *, strategies: Sequence[str] | None = None,
+               budgets: Sequence[int] | None = None, backend: str = "auto", time_limit_s: float | None = None,
+               poll_s: float = 1.0, report: Report = _stderr) -> tuple[str, SweepView]:
+    """Run the sweep as jobs on the service behind ``client``; returns the sweep's id and its final view."""
+    started = client.sweep(graph, strategies=strategies, budgets=budgets, backend=backend, time_limit_s=time_limit_s)
+    report(f"sweep {started['id']} submitted: {sum(started['counts'].values())} points")
+    last = None
+    while True:
+        doc = client.get_sweep(started["id"])
+        progress = ", ".join(f"{n} {status}" for status, n in doc["counts"].items() if n)
+        if progress != last:
+            report(f"sweep {doc['id'][:12]}: {progress}")
+            last = progress
+        if doc["status"] in TERMINAL:
+            return doc["id"], _view_of(graph, doc)
+        time.sleep(poll_s)
+
+
+def _view_of(graph: Graph, doc: dict[str, Any]) -> SweepView:
+    """The view of a ``GET /v1/sweeps/{id}`` document; results are matched to jobs by (strategy, budget)."""
+    results = {(r["strategy"], r["budget"]): r for r in doc["results"]}
+    cells = tuple(SweepCell(j["strategy"], j["budget"], j["status"], results.get((j["strategy"], j["budget"])),
+                            j["id"]) for j in doc["jobs"])
+    return SweepView(graph.name, graph.min_feasible_budget, graph.checkpoint_all_peak,
+                     tuple(dict.fromkeys(c.strategy for c in cells)), tuple(sorted({c.budget for c in cells})),
+                     cells, doc["natural_budgets"], doc["status"])
+
+
+def _point_line(result: dict[str, Any]) -> str:
+    line = f"{result['strategy']} at {format_size(result['budget'])}: {result['status'].replace('_', ' ')}"
+    if result.get("overhead") is not None:
+        line += f", overhead {result['overhead']:.4f}, peak {format_size(result['peak_memory'])}"
+    return f"{line} ({result['solve_time_s']:.2f} s)"
+
+
+def table_text(view: SweepView) -> str:
+    """The sweep's grid as aligned text: a row per budget, a column per strategy, ``*`` on each row's best."""
+    rows = sweep_table(view)
+    header = ["budget", "of peak", *view.strategies]
+    body = [[row.label, f"{row.ratio:.3f}", *(c.text + ("*" if c.best else "") for c in row.cells)] for row in rows]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    lines = [f"{view.graph_name or 'graph'}: {len(view.strategies)} strategies x {len(view.budgets)} budgets; "
+             f"smallest feasible budget {format_size(view.min_feasible_budget)}, "
+             f"checkpoint-all peak {format_size(view.checkpoint_all_peak)}",
+             "overhead (cost / base cost) of each strategy's plan at each budget; * the least in its row", ""]
+    for r in [header, *body]:
+        cells = (cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True)))
+        lines.append("  ".join(cells))
+    natural = [f"{s} {format_size(b)}" for s, b in view.natural.items() if s in view.strategies]
+    if natural:
+        lines += ["", f"natural points (each heuristic's own peak): {', '.join(natural)}"]
+    return "\n".join(lines)
+
+
+def write_report(view: SweepView, path: str | Path, *, source: str) -> None:
+    """The dashboard's sweep page for ``view``, with Plotly and everything else inlined, at ``path``."""
+    Path(path).write_text(render_report(view, generated=datetime.now(UTC), source=source), encoding="utf-8")
+
+
+def run(args: Any, out: TextIO = sys.stdout) -> int:
+    """``remat compare``: sweep, print the table, write the report; 1 when a point failed."""
+    graph = Graph.from_path(args.graph)
+    options = {"strategies": args.strategies, "budgets": args.budgets, "backend": args.backend}
+    if args.server:
+        if args.points is not None:
+            raise InvalidRequest("--points applies in-process only; with --server, give --budgets.", field="points")
+        with Client(args.server) as client:
+            sweep_id, view = compare_on(client, graph, time_limit_s=args.time_limit, **options)
+        _stderr(f"dashboard: {args.server.rstrip('/')}/dashboard/sweeps/{sweep_id}")
+    else:
+        view = compare_here(graph, points=args.points or SWEEP_POINTS,
+                            time_limit_s=args.time_limit or DEFAULT_TIME_LIMIT_S, **options)
+    print(table_text(view), file=out)
+    if args.html:
+        write_report(view, args.html, source=f"remat compare {Path(args.graph).name}")
+        _stderr(f"report: {args.html}")
+    return 1 if any(c.status == "failed" for c in view.cells) else 0

@@ -1,0 +1,187 @@
+"""The data behind a job's page: its schedule as R/S heat maps, memory over the plan against the budget,
+and the plan's statistics (recomputations per node, arena size).
+
+Everything is recomputed from the result's plan by the simulator and :func:`remat.schedules.layout_plan`,
+so the page shows what the plan does, not what a solver claimed. Big inputs are reduced on the server so
+a page stays small: a heat map keeps at most ``MAX_SIDE`` rows and columns (each cell the fraction of set
+entries in its block), and the memory line at most ``MAX_STEPS`` points (each the highest memory of its
+span of steps, so the peak survives).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from remat.schedules import Graph, Plan, Schedule, Simulation, format_size, layout_plan, simulate
+
+from ._sweep_view import byte_unit, strategy_color
+
+__all__ = ["MAX_SIDE", "MAX_STEPS", "Blocks", "PlanStats", "downsample", "job_figures", "memory_envelope",
+           "plan_stats"]
+
+MAX_SIDE = 400
+"""Most rows or columns of a heat map sent to the browser."""
+MAX_STEPS = 4000
+"""Most points of the memory line sent to the browser."""
+TOP_NODES = 12
+"""Most recomputed nodes listed by name."""
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A boolean matrix reduced to blocks of ``row_step`` x ``col_step`` entries."""
+
+    z: np.ndarray
+    """Fraction of set entries in each block (edge blocks may be smaller)."""
+    row_step: int
+    col_step: int
+
+    @property
+    def exact(self) -> bool:
+        """No reduction happened: each block is one entry and ``z`` holds 0 and 1."""
+        return self.row_step == self.col_step == 1
+
+
+def downsample(matrix: np.ndarray, max_side: int = MAX_SIDE) -> Blocks:
+    """``matrix`` with at most ``max_side`` rows and columns, each cell the fraction of set entries in its block.
+
+    >>> b = downsample(np.eye(5, dtype=bool), 3)
+    >>> b.z.tolist(), (b.row_step, b.col_step)
+    ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], (2, 2))
+    >>> downsample(np.eye(2, dtype=bool)).exact
+    True
+    """
+    rows, cols = matrix.shape
+    rs, cs = max(1, math.ceil(rows / max_side)), max(1, math.ceil(cols / max_side))
+    nr, nc = math.ceil(rows / rs), math.ceil(cols / cs)
+    padded = np.zeros((nr * rs, nc * cs), dtype=np.int64)
+    padded[:rows, :cols] = matrix
+    sums = padded.reshape(nr, rs, nc, cs).sum(axis=(1, 3))
+    row_sizes = np.minimum(rs, rows - rs * np.arange(nr))
+    col_sizes = np.minimum(cs, cols - cs * np.arange(nc))
+    return Blocks(sums / np.outer(row_sizes, col_sizes), rs, cs)
+
+
+def memory_envelope(timeline: np.ndarray, max_points: int = MAX_STEPS) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, memory): the timeline itself, or, when longer than ``max_points``, the highest memory of
+    each span of steps and the step where it happened.
+
+    >>> steps, memory = memory_envelope(np.array([1, 5, 2, 2, 7, 1, 3]), 3)
+    >>> steps.tolist(), memory.tolist()
+    ([1, 4, 6], [5, 7, 3])
+    """
+    n = len(timeline)
+    span = max(1, math.ceil(n / max_points))
+    if span == 1:
+        return np.arange(n), np.asarray(timeline)
+    buckets = math.ceil(n / span)
+    padded = np.full(buckets * span, np.iinfo(np.int64).min, dtype=np.int64)
+    padded[:n] = timeline
+    where = padded.reshape(buckets, span).argmax(axis=1) + span * np.arange(buckets)
+    return where, np.asarray(timeline)[where]
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """What a plan does, from the simulator and the arena layout."""
+
+    steps: int
+    computes: int
+    recomputations: int
+    """Computes beyond the first of each node."""
+    recomputed_nodes: int
+    peak_memory: int
+    peak_step: int
+    arena_size: int
+    """Bytes of one arena holding every activation at its layout offset."""
+    activation_peak: int
+    efficiency: float
+    """activation peak / arena size (1.0: no byte lost to fragmentation)."""
+    top: tuple[tuple[str, int, float], ...]
+    """The most recomputed nodes: (id, extra computes, extra cost), costliest first."""
+
+
+def plan_stats(graph: Graph, plan: Plan, sim: Simulation) -> PlanStats:
+    """Statistics of ``plan`` (already simulated as ``sim``), including its arena layout."""
+    layout = layout_plan(graph, plan)
+    extra = sim.compute_counts - 1
+    extra_cost = extra * graph.cost
+    order = [v for v in np.argsort(-extra_cost, kind="stable") if extra[v] > 0][:TOP_NODES]
+    return PlanStats(
+        steps=len(plan), computes=int(sim.compute_counts.sum()), recomputations=sim.recomputations,
+        recomputed_nodes=int((extra > 0).sum()), peak_memory=sim.peak_memory, peak_step=sim.peak_step,
+        arena_size=layout.arena_size, activation_peak=layout.activation_peak, efficiency=layout.efficiency,
+        top=tuple((graph.nodes[v].id, int(extra[v]), float(extra_cost[v])) for v in order))
+
+
+def job_figures(graph: Graph, result: Mapping[str, Any]) -> tuple[dict[str, Any], PlanStats]:
+    """The Plotly figures of a result that has a plan (``R``, ``S``, ``memory``, ``recompute``) and its stats."""
+    plan = Plan.from_json(graph, result["plan"])
+    sim = simulate(graph, plan)
+    color = strategy_color(str(result["strategy"]))
+    figures = {"memory": _memory_figure(graph, plan, sim, int(result["budget"]), color),
+               "recompute": _recompute_figure(graph, sim, color)}
+    if result.get("schedule") is not None:
+        schedule = Schedule.from_json(graph, result["schedule"])
+        figures["R"] = _heatmap(downsample(schedule.R), color)
+        figures["S"] = _heatmap(downsample(schedule.S), color)
+    return figures, plan_stats(graph, plan, sim)
+
+
+def _heatmap(blocks: Blocks, color: str) -> dict[str, Any]:
+    z = blocks.z.astype(int).tolist() if blocks.exact else np.round(blocks.z, 3).tolist()
+    what = "set" if blocks.exact else "fraction set"
+    trace = {"type": "heatmap", "z": z, "x0": (blocks.col_step - 1) / 2, "dx": blocks.col_step,
+             "y0": (blocks.row_step - 1) / 2, "dy": blocks.row_step, "zmin": 0, "zmax": 1, "showscale": False,
+             "colorscale": [[0, "#ffffff"], [1, color]],
+             "hovertemplate": f"stage %{{y}}, node %{{x}}: {what} %{{z}}<extra></extra>"}
+    layout = {"xaxis": {"title": {"text": "node" if blocks.exact else f"node (blocks of {blocks.col_step})"},
+                        "constrain": "domain"},
+              "yaxis": {"title": {"text": "stage" if blocks.exact else f"stage (blocks of {blocks.row_step})"},
+                        "autorange": "reversed", "scaleanchor": "x"},
+              "margin": {"l": 55, "r": 10, "t": 10, "b": 45}}
+    return {"data": [trace], "layout": layout}
+
+
+def _memory_figure(graph: Graph, plan: Plan, sim: Simulation, budget: int, color: str) -> dict[str, Any]:
+    steps, memory = memory_envelope(sim.timeline)
+    unit, scale = byte_unit(max(budget, sim.peak_memory))
+    ids = [n.id for n in graph.nodes]
+    text = [f"step {k}: {plan.steps[k][0]} {ids[plan.steps[k][1]]}<br>{format_size(int(m))} resident"
+            for k, m in zip(steps.tolist(), memory.tolist(), strict=True)]
+    last = max(len(plan) - 1, 0)
+    data = [
+        {"type": "scatter", "mode": "lines", "name": "resident memory", "x": steps.tolist(),
+         "y": (memory / scale).tolist(), "text": text, "hovertemplate": "%{text}<extra></extra>",
+         "line": {"shape": "hv", "color": color}},
+        {"type": "scatter", "mode": "lines", "name": f"budget {format_size(budget)}", "x": [0, last],
+         "y": [budget / scale] * 2, "hoverinfo": "skip", "line": {"dash": "dash", "color": "#d62728"}},
+        {"type": "scatter", "mode": "markers", "name": f"peak {format_size(sim.peak_memory)}",
+         "x": [sim.peak_step], "y": [sim.peak_memory / scale], "hoverinfo": "skip",
+         "marker": {"color": "#000", "size": 9, "symbol": "x"}},
+    ]
+    if graph.fixed_memory:
+        data.append({"type": "scatter", "mode": "lines", "name": f"fixed {format_size(graph.fixed_memory)}",
+                     "x": [0, last], "y": [graph.fixed_memory / scale] * 2, "hoverinfo": "skip",
+                     "line": {"dash": "dot", "color": "#7f7f7f"}})
+    layout = {"xaxis": {"title": {"text": "plan step"}}, "yaxis": {"title": {"text": f"memory ({unit})"},
+                                                                    "rangemode": "tozero"},
+              "hovermode": "closest", "margin": {"l": 70, "r": 20, "t": 20, "b": 50},
+              "legend": {"orientation": "h", "y": -0.25}}
+    return {"data": data, "layout": layout}
+
+
+def _recompute_figure(graph: Graph, sim: Simulation, color: str) -> dict[str, Any]:
+    extra = (sim.compute_counts - 1).tolist()
+    text = [f"{n.id} ({n.kind}): computed {k + 1} times" for n, k in zip(graph.nodes, extra, strict=True)]
+    trace = {"type": "bar", "x": list(range(graph.size)), "y": extra, "text": text, "textposition": "none",
+             "hovertemplate": "node %{x}: %{text}<extra></extra>", "marker": {"color": color}}
+    layout = {"xaxis": {"title": {"text": "node"}}, "yaxis": {"title": {"text": "recomputations"},
+                                                              "rangemode": "tozero", "tickformat": "d"},
+              "margin": {"l": 60, "r": 20, "t": 20, "b": 50}, "bargap": 0}
+    return {"data": [trace], "layout": layout}

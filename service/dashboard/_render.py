@@ -1,0 +1,115 @@
+"""The dashboard's HTML, rendered with Jinja2: the live pages the service serves and the offline report.
+
+A page carries its figures as JSON in a ``<script type="application/json" id="page-data">`` block;
+``dashboard.js`` draws them with Plotly and, on a live page, polls the page's ``/data`` URL until the
+work behind it has ended, swapping in the figures and the HTML fragments (rendered by the same
+templates) it gets back. A report is the sweep page with every asset inlined: one file, offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context, select_autoescape
+from jinja2.runtime import Context
+from markupsafe import Markup
+
+from remat.schedules import format_size
+
+from ._assets import ASSETS
+from ._job_view import PlanStats
+from ._sweep_view import SweepView, strategy_color, sweep_figure, sweep_table
+
+__all__ = ["TEMPLATE_DIR", "render_index", "render_job", "render_login", "render_report", "render_sweep",
+           "job_update", "sweep_update"]
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+
+
+@pass_context
+def _script(ctx: Context, name: str) -> Markup:
+    asset = ASSETS[name]
+    if ctx.get("inline"):
+        return Markup(f"<script>{asset.inline_text()}</script>")  # noqa: S704 - our own vendored file
+    return Markup(f'<script src="{asset.url}"></script>')  # noqa: S704
+
+
+@pass_context
+def _style(ctx: Context, name: str) -> Markup:
+    asset = ASSETS[name]
+    if ctx.get("inline"):
+        return Markup(f"<style>{asset.inline_text()}</style>")  # noqa: S704
+    return Markup(f'<link rel="stylesheet" href="{asset.url}">')  # noqa: S704
+
+
+@pass_context
+def _icon(ctx: Context) -> Markup:
+    asset = ASSETS["favicon.svg"]
+    href = asset.data_uri() if ctx.get("inline") else asset.url
+    return Markup(f'<link rel="icon" type="image/svg+xml" href="{href}">')  # noqa: S704
+
+
+def _when(moment: datetime | None) -> str:
+    return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_ENV = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(("html",)),
+                   undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+_ENV.globals.update(script=_script, style=_style, icon=_icon, color=strategy_color, inline=False)
+_ENV.filters.update(size=format_size, when=_when)
+
+
+def _render(template: str, **context: Any) -> str:
+    return _ENV.get_template(template).render(**context)
+
+
+def render_index(*, sweeps: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, Any]],
+                 summaries: Mapping[str, Mapping[str, Any]]) -> str:
+    """``/dashboard``: recent sweeps (with their jobs' counts) and recent jobs (with their results' numbers)."""
+    return _render("index.html", sweeps=sweeps, jobs=jobs, summaries=summaries)
+
+
+def _sweep_fragments(view: SweepView, *, links: bool) -> dict[str, str]:
+    return {"sweep-progress": _render("_sweep_progress.html", view=view),
+            "sweep-table": _render("_sweep_table.html", view=view, rows=sweep_table(view), links=links)}
+
+
+def sweep_update(view: SweepView, *, poll: str | None) -> dict[str, Any]:
+    """What a live sweep page swaps in: the chart, the table, the progress; ``poll`` again unless None."""
+    return {"figures": {"curves": sweep_figure(view)}, "html": _sweep_fragments(view, links=True), "poll": poll}
+
+
+def render_sweep(view: SweepView, *, sweep_id: str, poll: str | None) -> str:
+    """``/dashboard/sweeps/{id}``: the chart, progress and table, live while ``poll`` is set."""
+    data = {"figures": {"curves": sweep_figure(view)}, "poll": poll}
+    return _render("sweep.html", view=view, sweep_id=sweep_id, data=data,
+                   fragments=_sweep_fragments(view, links=True))
+
+
+def render_report(view: SweepView, *, generated: datetime, source: str) -> str:
+    """The sweep page as one self-contained HTML file (Plotly, script, style and data inlined)."""
+    data = {"figures": {"curves": sweep_figure(view)}, "poll": None}
+    return _render("sweep.html", view=view, sweep_id=None, data=data, inline=True,
+                   fragments=_sweep_fragments(view, links=False), generated=generated, source=source)
+
+
+def job_update(job: Mapping[str, Any], *, poll: str | None) -> dict[str, Any]:
+    """What a live job page swaps in while the job runs; once it has ended the page reloads to draw its plan."""
+    ended = job["status"] in ("succeeded", "failed", "cancelled")
+    return {"figures": {}, "html": {"job-progress": _render("_job_progress.html", job=job)},
+            "poll": None if ended else poll, "reload": ended}
+
+
+def render_job(job: Mapping[str, Any], result: Mapping[str, Any] | None, *, figures: Mapping[str, Any],
+               stats: PlanStats | None, poll: str | None, notice: str | None = None) -> str:
+    """``/dashboard/jobs/{id}``: the job, its result's numbers, its plan's figures and statistics."""
+    data = {"figures": dict(figures), "poll": poll}
+    return _render("job.html", job=job, result=result, stats=stats, data=data, notice=notice)
+
+
+def render_login(*, next_url: str, message: str) -> str:
+    """The page that asks for a bearer token when authentication is on."""
+    return _render("login.html", next_url=next_url, message=message)

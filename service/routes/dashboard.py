@@ -1,0 +1,168 @@
+"""The dashboard: HTML pages over the job store, under ``/dashboard`` and outside the OpenAPI schema.
+
+``/dashboard`` lists recent sweeps and jobs; ``/dashboard/sweeps/{id}`` and ``/dashboard/jobs/{id}``
+show one, live while it runs (their ``/data`` twins answer the page's polls); ``/dashboard/static/``
+serves the vendored assets.
+
+When the service requires a bearer token, so do the pages. A browser cannot send an Authorization
+header on a link, so a page also accepts the token from the ``remat_token`` cookie, an HTTP-only,
+SameSite=Strict cookie scoped to ``/dashboard``. The sign-in form a browser gets instead of a 401
+(``POST /dashboard/login``) sets it, and so does a link with ``?token=TOKEN``, which then redirects to
+the same page without the token (the link itself still reaches the server's access log; the form does
+not). The cookie is accepted only here, by pages that change nothing, and never by the ``/v1`` API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Cookie, Depends, Header, Path, Request
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from .._deps import JobDep, ServiceDep
+from .._errors import Unauthorized
+from .._schemas import JobPublic, SweepSummary
+from ..dashboard import (
+    ASSETS,
+    job_update,
+    load_job,
+    load_sweep,
+    render_index,
+    render_job,
+    render_login,
+    render_sweep,
+    sweep_update,
+)
+
+COOKIE = "remat_token"
+"""The cookie that carries a browser's bearer token to the pages."""
+RECENT_SWEEPS = 20
+RECENT_JOBS = 50
+
+
+def viewer(request: Request, authorization: Annotated[str | None, Header()] = None,
+           remat_token: Annotated[str | None, Cookie()] = None) -> str | None:
+    """The token id of whoever looks (None when authentication is off); Unauthorized without a valid token."""
+    if authorization is None and remat_token is not None:
+        authorization = f"Bearer {remat_token}"
+    token: str | None = request.app.state.token_check(authorization)
+    return token
+
+
+def _local(url: str) -> str:
+    """``url`` when it is a dashboard path of this server, else the dashboard's front page."""
+    return url if url.startswith("/dashboard") and not url.startswith("//") else "/dashboard"
+
+
+def _sign_in(request: Request, token: str, next_url: str) -> Response:
+    """Check ``token``; if good, set the cookie and go on to ``next_url``, else show the sign-in form again."""
+    check = request.app.state.token_check
+    if not check.enabled:
+        return RedirectResponse(next_url, status_code=303)
+    try:
+        check(f"Bearer {token}")
+    except Unauthorized as e:
+        return HTMLResponse(render_login(next_url=next_url, message=str(e)), status_code=401)
+    response = RedirectResponse(next_url, status_code=303)
+    response.set_cookie(COOKIE, token, path="/dashboard", httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
+    return response
+
+
+class PageRoute(APIRoute):
+    """A dashboard route: ``?token=`` signs in, and a browser without a valid token gets the sign-in form
+    (data requests still get the 401 problem document)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            here = request.url.path
+            if "token" in request.query_params and request.method == "GET":
+                rest = request.url.remove_query_params("token").query
+                return _sign_in(request, request.query_params["token"], _local(f"{here}?{rest}" if rest else here))
+            try:
+                return await handle(request)
+            except Unauthorized as e:
+                if "text/html" not in request.headers.get("accept", ""):
+                    raise
+                return HTMLResponse(render_login(next_url=_local(here), message=str(e)), status_code=401)
+
+        return route
+
+
+pages = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=PageRoute,
+                  dependencies=[Depends(viewer)])
+public = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=PageRoute)
+SweepId = Annotated[str, Path(max_length=200)]
+JobId = Annotated[str, Path(max_length=200)]
+
+
+@pages.get("")
+def index(service: ServiceDep) -> HTMLResponse:
+    """Recent sweeps with their progress, recent jobs with their results' numbers."""
+    sweeps = [SweepSummary.of(s, service.sweep_jobs(s, with_result=False)).model_dump()
+              for s in service.store.list_sweeps(limit=RECENT_SWEEPS)]
+    jobs = service.store.list_jobs(limit=RECENT_JOBS)
+    summaries = service.store.result_summaries([j.id for j in jobs if j.status.terminal])
+    return HTMLResponse(render_index(sweeps=sweeps, jobs=[JobPublic.of(j).model_dump() for j in jobs],
+                                     summaries=summaries))
+
+
+@pages.get("/sweeps/{sweep_id}")
+def sweep_page(sweep_id: SweepId, service: ServiceDep) -> HTMLResponse:
+    """Overhead against budget for every strategy, the table behind it, and live progress."""
+    view = load_sweep(service, sweep_id)
+    poll = None if view.done else f"/dashboard/sweeps/{sweep_id}/data"
+    return HTMLResponse(render_sweep(view, sweep_id=sweep_id, poll=poll))
+
+
+@pages.get("/sweeps/{sweep_id}/data")
+def sweep_data(sweep_id: SweepId, service: ServiceDep) -> JSONResponse:
+    """What the sweep page swaps in while the sweep runs."""
+    view = load_sweep(service, sweep_id)
+    return JSONResponse(sweep_update(view, poll=None if view.done else f"/dashboard/sweeps/{sweep_id}/data"))
+
+
+@pages.get("/jobs/{job_id}")
+def job_page(job: JobDep, service: ServiceDep) -> HTMLResponse:
+    """The job's result, memory over its plan against the budget, R/S heat maps, plan statistics."""
+    view = load_job(service, job)
+    poll = None if job.status.terminal else f"/dashboard/jobs/{job.id}/data"
+    return HTMLResponse(render_job(view.job, view.result, figures=view.figures, stats=view.stats, poll=poll,
+                                   notice=view.notice))
+
+
+@pages.get("/jobs/{job_id}/data")
+def job_data(job_id: JobId, service: ServiceDep) -> JSONResponse:
+    """The job's progress while it runs; ``reload`` once it has ended."""
+    job = service.store.get(job_id, with_result=False)
+    return JSONResponse(job_update(JobPublic.of(job).model_dump(mode="json"),
+                                   poll=f"/dashboard/jobs/{job_id}/data"))
+
+
+@public.post("/login")
+async def login(request: Request) -> Response:
+    """The sign-in form's target: checks the token, sets the cookie, goes on to the page asked for."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    return _sign_in(request, form.get("token", [""])[0], _local(form.get("next", ["/dashboard"])[0]))
+
+
+@public.get("/static/{name}")
+def static(name: Annotated[str, Path(max_length=100)]) -> Response:
+    """A vendored asset; its URL carries a digest of its bytes, so browsers may keep it for a year."""
+    asset = ASSETS.get(name)
+    if asset is None:
+        raise HTTPException(404, f"The dashboard has no file {name!r}.")
+    return Response(asset.content, media_type=asset.media_type,
+                    headers={"Cache-Control": "public, max-age=31536000, immutable"})
+
+
+router = APIRouter()
+"""Every dashboard route: the pages (behind the token when authentication is on), sign-in and assets."""
+router.include_router(pages)
+router.include_router(public)

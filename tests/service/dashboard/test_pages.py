@@ -1,0 +1,158 @@
+"""The dashboard's pages and data endpoints, through the app with its embedded executor."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from factories import chain
+from fastapi.testclient import TestClient
+from processes import wait_until
+from pydantic import SecretStr
+
+from remat.service import Settings, create_app
+from remat.service.dashboard import ASSETS, PLOTLY_VERSION
+
+STRATEGIES = ["checkpoint-all", "checkpoint-last", "chen-sqrtn"]
+TOKEN = "dashboard-test-token-0123456789"
+
+
+def page_data(html: str) -> dict:
+    found = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', html, re.S)
+    assert found, "the page carries its data"
+    return json.loads(found.group(1))
+
+
+def finished_sweep(client: TestClient, **headers: str) -> dict:
+    graph = chain(8, memory=2**20)
+    body = {"graph": graph.to_json(), "strategies": STRATEGIES}
+    sweep = client.post("/v1/sweeps", json=body, headers=headers).json()
+    return wait_until(lambda: (s := client.get(f"/v1/sweeps/{sweep['id']}", headers=headers).json())["status"]
+                      == "succeeded" and s, timeout_s=120)
+
+
+def test_the_sweep_page_has_a_trace_per_strategy_and_the_table(client: TestClient):
+    sweep = finished_sweep(client)
+    r = client.get(f"/dashboard/sweeps/{sweep['id']}")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    data = page_data(r.text)
+    assert [t["name"] for t in data["figures"]["curves"]["data"]] == STRATEGIES
+    assert data["poll"] is None, "a finished sweep is not polled"
+    assert r.text.count('<td class="cell') == len(sweep["jobs"])
+    for job in sweep["jobs"]:
+        assert f'href="/dashboard/jobs/{job["id"]}"' in r.text
+    assert ASSETS["plotly.js"].url in r.text and "cdn" not in r.text.lower()
+    update = client.get(f"/dashboard/sweeps/{sweep['id']}/data").json()
+    assert update["figures"] == data["figures"] and "<table" in update["html"]["sweep-table"]
+
+
+def test_a_running_sweep_page_polls_until_it_ends(client: TestClient):
+    graph = chain(30, memory=2**20)
+    body = {"graph": graph.to_json(), "strategies": ["checkpoint-all", "checkpoint-last", "linearized-greedy"]}
+    sweep = client.post("/v1/sweeps", json=body).json()
+    first = page_data(client.get(f"/dashboard/sweeps/{sweep['id']}").text)
+    assert first["poll"] == f"/dashboard/sweeps/{sweep['id']}/data" or sweep["status"] == "succeeded"
+    last = wait_until(lambda: (u := client.get(f"/dashboard/sweeps/{sweep['id']}/data").json())["poll"] is None and u,
+                      timeout_s=120)
+    assert "points done" in last["html"]["sweep-progress"] and "updating live" not in last["html"]["sweep-progress"]
+    assert all(t["x"] for t in last["figures"]["curves"]["data"])
+
+
+def test_the_job_page_draws_the_plan(client: TestClient):
+    sweep = finished_sweep(client)
+    job = next(j for j in sweep["jobs"] if j["strategy"] == "checkpoint-last")
+    r = client.get(f"/dashboard/jobs/{job['id']}")
+    assert r.status_code == 200
+    data = page_data(r.text)
+    assert set(data["figures"]) == {"memory", "recompute", "R", "S"} and data["poll"] is None
+    assert "arena size" in r.text and "recomputations" in r.text
+    assert data["figures"]["memory"]["data"][1]["y"][0] == job["budget"] / 2**20  # MiB axis
+    assert client.get(f"/dashboard/jobs/{job['id']}/data").json()["reload"] is True
+
+
+def test_the_front_page_lists_sweeps_and_jobs(client: TestClient):
+    sweep = finished_sweep(client)
+    r = client.get("/dashboard")
+    assert r.status_code == 200
+    assert f'href="/dashboard/sweeps/{sweep["id"]}"' in r.text
+    assert all(f'href="/dashboard/jobs/{j["id"]}"' in r.text for j in sweep["jobs"])
+    assert "overhead" in r.text
+
+
+def test_unknown_sweeps_and_jobs_are_404(client: TestClient):
+    assert client.get("/dashboard/sweeps/nope").status_code == 404
+    assert client.get("/dashboard/jobs/nope").status_code == 404
+    assert client.get("/dashboard/static/nope.js").status_code == 404
+
+
+def test_assets_are_vendored_and_cached_for_long():
+    plotly = ASSETS["plotly.js"]
+    assert hashlib.sha256(plotly.content).hexdigest() == \
+        "79542150855a52c567260e3137095dbe2b744e6d702a5cabe67da246942fba7a"
+    assert plotly.content.startswith(f"/**\n* plotly.js (cartesian - minified) v{PLOTLY_VERSION}".encode())
+    assert b"MIT License" in ASSETS["plotly-LICENSE.txt"].content
+
+
+def test_assets_are_served_with_their_digest(client: TestClient):
+    r = client.get(ASSETS["dashboard.js"].url)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/javascript")
+    assert "immutable" in r.headers["cache-control"] and r.content == ASSETS["dashboard.js"].content
+
+
+def test_inlined_text_cannot_close_its_element(tmp_path: Path):
+    from remat.service.dashboard import Asset
+
+    path = tmp_path / "x.js"
+    path.write_text('var s = "</script><script>alert(1)</SCRIPT>";')
+    assert "</script" not in Asset("x.js", path, "text/javascript").inline_text().lower()
+
+
+@pytest.fixture
+def secured(settings: Settings) -> Iterator[TestClient]:
+    settings = settings.model_copy(update={"tokens": [SecretStr(TOKEN)]})
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_with_authentication_a_browser_gets_the_sign_in_form(secured: TestClient):
+    r = secured.get("/dashboard/sweeps/abc", headers={"Accept": "text/html"})
+    assert r.status_code == 401 and '<form method="post" action="/dashboard/login"' in r.text
+    assert 'name="next" value="/dashboard/sweeps/abc"' in r.text
+    data = secured.get("/dashboard/sweeps/abc/data", headers={"Accept": "application/json"})
+    assert data.status_code == 401 and data.headers["content-type"] == "application/problem+json"
+    assert secured.get(ASSETS["plotly.js"].url).status_code == 200, "assets need no token"
+
+
+def test_the_sign_in_form_sets_a_cookie_for_the_dashboard_only(secured: TestClient):
+    bad = secured.post("/dashboard/login", data={"token": "wrong-token-wrong-token", "next": "/dashboard"},
+                       follow_redirects=False)
+    assert bad.status_code == 401 and "not valid" in bad.text and "set-cookie" not in bad.headers
+    r = secured.post("/dashboard/login", data={"token": TOKEN, "next": "/dashboard"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard"
+    cookie = r.headers["set-cookie"]
+    assert "remat_token=" in cookie and "HttpOnly" in cookie and "Path=/dashboard" in cookie
+    assert "samesite=strict" in cookie.lower()
+    assert secured.get("/dashboard").status_code == 200
+    assert secured.get("/v1/jobs").status_code == 401, "the API never takes the cookie"
+
+
+def test_a_token_link_signs_in_and_drops_the_token_from_the_address(secured: TestClient):
+    r = secured.get(f"/dashboard?token={TOKEN}&x=1", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard?x=1"
+    assert secured.get("/dashboard").status_code == 200
+
+
+def test_sign_in_goes_on_only_to_dashboard_pages(secured: TestClient):
+    r = secured.post("/dashboard/login", data={"token": TOKEN, "next": "https://evil.example/"},
+                     follow_redirects=False)
+    assert r.headers["location"] == "/dashboard"
+
+
+def test_a_bearer_header_works_too(secured: TestClient):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    sweep = finished_sweep(secured, **auth)
+    assert secured.get(f"/dashboard/sweeps/{sweep['id']}", headers=auth).status_code == 200

@@ -1,0 +1,51 @@
+"""JobStore.result_summaries: results without their bulk, the same from both stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from processes import REDIS_URL
+
+from remat.service import Claim, JobStore, RedisStore, SolveSpec, SqliteStore
+from remat.service._store import RESULT_BULK
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
+    if request.param == "sqlite":
+        s: JobStore = SqliteStore(tmp_path / "jobs.sqlite3")
+    else:
+        request.getfixturevalue("redis_db")
+        s = RedisStore(redis.Redis.from_url(REDIS_URL, decode_responses=True),
+                       prefix=f"{request.getfixturevalue('namespace')}:")
+    yield s
+    s.close()
+
+
+def finished(store: JobStore, budget: int, result: dict) -> str:
+    job, _ = store.submit(SolveSpec("a" * 64, budget, "checkpoint-all"), graph_name="g", token=None)
+    claimed = store.mark_running(job.id, "host:1:a")
+    assert claimed is not None
+    store.mark_finished(Claim(job.id, "host:1:a", claimed.attempts), result)
+    return job.id
+
+
+def test_summaries_drop_the_bulk_and_keep_the_rest(store: JobStore):
+    result = {"status": "feasible", "cost": 3.5, "peak_memory": 12, "overhead": 1.25, "fallback": None,
+              "schedule": {"stages": [{"compute": ["a"], "retain": []}]}, "plan": [{"op": "compute", "node": "a"}],
+              "log": ["solved"]}
+    done = finished(store, 100, result)
+    waiting, _ = store.submit(SolveSpec("a" * 64, 200, "checkpoint-all"), graph_name="g", token=None)
+    summaries = store.result_summaries([waiting.id, done, "no-such-job"])
+    assert list(summaries) == [done]
+    assert summaries[done] == {k: v for k, v in result.items() if k not in RESULT_BULK}
+    assert set(RESULT_BULK) == {"schedule", "plan", "log"}
+
+
+def test_many_ids_are_read_in_chunks(store: JobStore):
+    ids = [finished(store, b, {"status": "optimal", "cost": float(b), "plan": []}) for b in range(3)]
+    summaries = store.result_summaries(ids + [f"x{i}" for i in range(1200)])
+    assert {k: v["cost"] for k, v in summaries.items()} == {ids[b]: float(b) for b in range(3)}
