@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--ratios", nargs="*", type=float, default=RATIOS)
     args = parser.parse_args()
     print(f"Machine: {os.cpu_count()} CPUs (nproc), {_cpu_model()}, Python {platform.python_version()}; "
-          f"date {time.strftime('%Y-%m-%d %H:%M %Z')}.\n")
+          f"date {time.strftime('%Y-%m-%d %H:%M %Z')}; load average at start {os.getloadavg()[0]:.1f}.\n")
     print("| graph | strategy | ratio | status | overhead | peak / budget | solve time (s) | plan |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.graphs:
@@ -44,6 +44,7 @@ def main() -> None:
         for strategy in args.strategies:
             for ratio in args.ratios:
                 print(_row(name, graph, strategy, ratio), flush=True)
+    print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f} (solve times are wall clock).")
 
 
 def _row(name: str, graph: Graph, strategy: str, ratio: float) -> str:
