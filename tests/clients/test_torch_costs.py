@@ -1,0 +1,124 @@
+"""Cost models (roofline against a device profile, measured per node) and the memory and time measurements."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import math
+import pkgutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_models import MODELS  # noqa: E402
+
+import remat.clients.torch as client  # noqa: E402
+from remat.clients.torch import (  # noqa: E402
+    COST_MODELS,
+    DEVICE_PROFILES,
+    LiveBytes,
+    activation_peak,
+    capture,
+    export_graph,
+    node_costs,
+    time_call,
+)
+from remat.schedules import InvalidRequest  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def _made(name: str):
+    torch.manual_seed(0)
+    return MODELS[name]()
+
+
+def test_roofline_cost_of_a_matmul_is_its_flops_or_bytes_on_the_device():
+    model, (x, y), loss_fn = _made("mlp")
+    width = model.layers[0][0].in_features
+    batch = x.shape[0]
+    for device in ("cpu", "h100"):
+        graph = export_graph(model, (x, y), loss_fn=loss_fn, device=device)
+        profile = DEVICE_PROFILES[device]
+        first = next(n for n in graph.nodes if n.meta["op"] == "aten.addmm.default")
+        flops = 2 * batch * width * width
+        moved = 4 * (width + batch * width + width * width + batch * width)  # bias, input, weight, output
+        expected = max(flops / profile.peak(torch.float32), moved / profile.bytes_per_s) + profile.launch_s
+        assert first.cost == pytest.approx(expected)
+        assert graph.cost_unit == f"seconds (flops, {device})"
+    assert DEVICE_PROFILES["h100"].peak(torch.bfloat16) > DEVICE_PROFILES["h100"].peak(torch.float32)
+
+
+def test_roofline_counts_attention_and_convolutions():
+    model, inputs, loss_fn = _made("resnet")
+    graph = export_graph(model, inputs, loss_fn=loss_fn)
+    launch = DEVICE_PROFILES["cpu"].launch_s
+    convs = [n for n in graph.nodes if "convolution" in n.meta["op"]]
+    assert convs and all(n.cost > launch for n in convs)
+
+
+def test_measured_costs_time_every_node_and_leave_the_model_alone():
+    torch.manual_seed(0)
+    model, inputs, loss_fn = MODELS["resnet"](batch_size=2, image=8)
+    buffers = [b.clone() for b in model.buffers()]
+    rng = torch.get_rng_state()
+    graph = export_graph(model, inputs, loss_fn=loss_fn, cost_model="measured")
+    assert graph.cost_unit == "seconds (measured, cpu)"
+    assert all(math.isfinite(n.cost) and n.cost > 0 for n in graph.nodes)
+    assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers()))
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_unknown_cost_models_and_devices_are_named():
+    model, inputs, loss_fn = _made("mlp")
+    with capture(model, inputs, loss_fn=loss_fn) as cap:
+        joint = cap.joint
+    with pytest.raises(InvalidRequest, match="flops, measured"):
+        node_costs(joint, [], cost_model="guess")
+    with pytest.raises(InvalidRequest, match="Unknown device profile 'tpu'"):
+        node_costs(joint, [], device="tpu")
+    assert set(COST_MODELS) == {"flops", "measured"}
+
+
+def test_live_bytes_counts_new_storages_after_each_op_and_leaves_out_what_it_is_told():
+    x = torch.randn(1024)
+    with LiveBytes() as live:
+        a = x * 2                   # +4 KiB
+        b = a.view(32, 32)          # a view: nothing new
+        kept = a + 1                # +4 KiB: 8 KiB
+        del a, b
+        c = kept * 3                # -4 KiB (a), +4 KiB
+    assert live.timeline == [4096, 4096, 8192, 8192]
+    assert live.peak == 8192 and live.current == 8192
+    assert live.peak_excluding([kept]) == 4096
+    assert c.shape == (1024,)
+
+
+def test_activation_peak_leaves_gradients_out():
+    lin = torch.nn.Linear(64, 64)
+    x = torch.randn(32, 64)
+    peak = activation_peak(lambda: torch.tanh(lin(x)).sum().backward(), lin.parameters())
+    activation = 32 * 64 * 4
+    # addmm and tanh outputs live together; the backward's largest moment holds tanh, its
+    # gradient and the gradient of addmm's output; the parameter gradients are left out.
+    assert 2 * activation <= peak <= 3 * activation + 64
+    assert lin.weight.grad is not None
+
+
+def test_time_call_reports_a_median_of_the_runs():
+    calls = []
+    t = time_call(lambda: calls.append(1), device=torch.device("cpu"), repeats=5, warmup=2)
+    assert len(calls) == 7 and t.runs == 5
+    assert 0 <= t.q1_s <= t.median_s <= t.q3_s
+
+
+def test_public_surface_is_sorted_and_documented():
+    names = list(client.__all__)
+    key = [(0 if n.isupper() else 1 if n[0].isupper() else 2, n) for n in names]
+    assert key == sorted(key)
+    assert all(hasattr(client, n) for n in names)
+    for info in pkgutil.walk_packages(client.__path__, prefix="remat.clients.torch."):
+        module = importlib.import_module(info.name)
+        failures, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert failures == 0, info.name
