@@ -84,7 +84,8 @@ class RematModule(nn.Module):
 def rematerialize(model: nn.Module, example_inputs: Sequence[torch.Tensor], budget: int | str | None = None,
                   budget_ratio: float | None = None, strategy: str = "checkmate", server: str | None = None, *,
                   loss_fn: LossFn | None = None, cost_model: str = "flops", device: str | None = None,
-                  result: Mapping[str, Any] | None = None, **solve_options: Any) -> RematModule:
+                  graph: Graph | None = None, result: Mapping[str, Any] | None = None,
+                  **solve_options: Any) -> RematModule:
     """Capture ``model``'s training step, find a plan within the budget, and return a module that runs it.
 
     Parameters
@@ -106,6 +107,9 @@ def rematerialize(model: nn.Module, example_inputs: Sequence[torch.Tensor], budg
         Roofline estimate against a device profile, or per-node timing on the real device.
     device : str, optional
         Device profile of the roofline (``"cpu"``, ``"a100"``, ``"h100"``...); default from the tensors.
+    graph : Graph, optional
+        The graph exported from this step earlier (``remat profile``, :func:`export_graph`): its
+        costs are reused instead of made again; the step must still export the same graph.
     result : dict, optional
         A remat.result/v1 to follow instead of solving (``remat solve --output`` on this model's
         graph); it is checked like any other, against its own budget unless one is given.
@@ -123,7 +127,7 @@ def rematerialize(model: nn.Module, example_inputs: Sequence[torch.Tensor], budg
     if isinstance(budget, str):
         budget = parse_size(budget)
     with capture(model, inputs, loss_fn=loss_fn) as cap:
-        graph = _graph(cap, inputs, cost_model=cost_model, device=device)
+        graph = _graph(cap, inputs, cost_model=cost_model, device=device) if graph is None else _same(cap, graph)
         if result is None:
             result = _solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy, server=server,
                             options=solve_options)
@@ -176,6 +180,16 @@ def _graph(cap: Capture, inputs: Sequence[torch.Tensor], *, cost_model: str, dev
         costs, unit = node_costs(joint, [*cap.flat_state(), *inputs, *tangents], cost_model=cost_model,
                                  device=device)
     return joint.to_graph(costs, cost_unit=unit)
+
+
+def _same(cap: Capture, graph: Graph) -> Graph:
+    """``graph`` again, checked against the step just captured: same nodes, sizes and deps; its costs."""
+    costs = {n.id: n.cost for n in graph.nodes}
+    missing = [p.name for p in cap.joint.producers if p.name not in costs]
+    again = None if missing else cap.joint.to_graph(costs, cost_unit=graph.cost_unit)
+    if again is None or again.sha256 != graph.sha256:
+        raise CaptureError("The model's training step no longer exports the graph given; export it again.")
+    return again
 
 
 def _ones_like(cap: Capture, placeholder: str) -> torch.Tensor:
