@@ -63,8 +63,10 @@ def delivery_steps(values: int, slots: int) -> int:
 def revolve_schedule(graph: Graph, snapshots: int) -> Schedule:
     """The revolve schedule of a chain graph's forward pass with ``snapshots`` snapshot slots.
 
-    On the unit chain of n forward nodes the plan computes forward nodes exactly
-    ``delivery_steps(n, snapshots)`` times.
+    On a unit training chain of n forward nodes (each gradient reads its activation and the next
+    gradient; unit costs and sizes) the plan computes forward nodes exactly
+    ``delivery_steps(n, snapshots)`` times, and its peak is ``snapshots + 3`` values above fixed
+    memory: the snapshots, the value being delivered or swept, and the gradient read and written.
     """
     chain = graph.forward_nodes
     # the backward pass's reads of each chain value (all reads but the next forward node's)
@@ -80,11 +82,11 @@ def revolve_schedule(graph: Graph, snapshots: int) -> Schedule:
             else:
                 sweep.append(k)
             continue
-        computed_in = chain[k] if stage < 0 else None
+        first_pass = stage < 0  # the first delivery is the top of the forward pass, computed there
         stage = max([stage, chain[k], *reads[k][:1]])
         held_from.update((j, stage) for j in sweep)
         sweep.clear()
-        start = held_from.pop(k, stage if computed_in is None else computed_in)
+        start = held_from.pop(k, chain[k] if first_pass else stage)
         intervals.append((chain[k], start, max([stage, *reads[k][-1:]])))
     S = retention_matrix(graph, intervals, graph.backward)
     return Schedule(recompute_closure(graph, S), S)
