@@ -28,16 +28,11 @@ from ._redis import RedisStore
 from ._runner import RunnerConfig, run_claimed
 from ._settings import Settings
 
-__all__ = ["QueueExecutor", "perform", "rq_job_id", "run_worker"]
+__all__ = ["QueueExecutor", "perform", "run_worker"]
 
 log = logging.getLogger("remat.service")
 
 _WAITING = {RQStatus.QUEUED, RQStatus.STARTED, RQStatus.DEFERRED, RQStatus.SCHEDULED}
-
-
-def rq_job_id(job: Job) -> str:
-    """The RQ message for this queuing of the job: a new one each time the job is queued again."""
-    return f"remat-{job.id}-{int(job.queued_at * 1000)}"
 
 
 class QueueExecutor:
@@ -57,14 +52,18 @@ class QueueExecutor:
     def dispatch(self, job: Job) -> None:
         slack_s = 2 * self.settings.cancel_grace_s + self.settings.lease_s + 60
         self.queue.enqueue_call(
-            "remat.service._cluster.perform", args=(job.id,), job_id=rq_job_id(job),
+            "remat.service._cluster.perform", args=(job.id,), job_id=self.message_id(job),
             timeout=int(job.spec.time_limit_s + slack_s), result_ttl=0, failure_ttl=7 * 86400,
             description=f"remat {job.spec.strategy} {job.id[:12]}")
+
+    def message_id(self, job: Job) -> str:
+        """The RQ message for this queuing of the job: a new one each time the job is queued again."""
+        return f"{self.queue.name}-{job.id}-{int(job.queued_at * 1000)}"
 
     def cancel(self, job: Job) -> None:
         if job.status is JobStatus.CANCELLED:
             try:
-                RQJob.fetch(rq_job_id(job), connection=self.queue.connection).cancel()
+                RQJob.fetch(self.message_id(job), connection=self.queue.connection).cancel()
             except (NoSuchJobError, redis.RedisError, ValueError):
                 pass  # already taken by a worker, which will find the job cancelled
 
@@ -96,7 +95,7 @@ class QueueExecutor:
 
     def _has_message(self, job: Job) -> bool:
         try:
-            status = RQJob.fetch(rq_job_id(job), connection=self.queue.connection).get_status()
+            status = RQJob.fetch(self.message_id(job), connection=self.queue.connection).get_status()
         except NoSuchJobError:
             return False
         return status in _WAITING
@@ -139,8 +138,9 @@ def perform(job_id: str) -> str:
 def run_worker(settings: Settings, *, burst: bool = False, name: str | None = None) -> None:
     """Run a ``remat worker``: solve the jobs of ``settings.queue_name`` one at a time until stopped."""
     global _worker
-    executor = QueueExecutor(RedisStore.from_url(settings.queue_url or "", lease_s=settings.lease_s,
-                                                 max_attempts=settings.max_attempts), settings)
+    store = RedisStore.from_url(settings.queue_url or "", prefix=settings.redis_prefix, lease_s=settings.lease_s,
+                                max_attempts=settings.max_attempts)
+    executor = QueueExecutor(store, settings)
     threads = settings.solver_threads or os.cpu_count() or 1
     config = RunnerConfig(settings.lease_s, settings.cancel_grace_s, threads, solver_context())
     worker = SimpleWorker([executor.queue], connection=executor.queue.connection, name=name)

@@ -41,7 +41,7 @@ def open_executor(settings: Settings) -> Executor:
         from ._cluster import QueueExecutor
         from ._redis import RedisStore
 
-        return QueueExecutor(RedisStore.from_url(settings.queue_url, **policy), settings)
+        return QueueExecutor(RedisStore.from_url(settings.queue_url, prefix=settings.redis_prefix, **policy), settings)
     from ._local import LocalExecutor
     from ._sqlite import SqliteStore
 

@@ -41,7 +41,7 @@ __all__ = [
     "lose",
     "lost_reason",
     "new_job",
-    "owner_alive",
+    "owner_here",
     "owner_name",
     "remat_version",
     "release",
@@ -232,20 +232,30 @@ def request_cancel(job: Job, *, now: float) -> Job | None:
     return None
 
 
-def lost_reason(job: Job, *, now: float) -> str | None:
-    """Why a running job has no live runner any more (its owner exited, or its lease ran out), or None."""
+STALLED_LEASES = 4
+"""Leases a runner alive on this host may miss (a loaded machine) before its job is taken back."""
+
+
+def lost_reason(job: Job, *, now: float, lease_s: float) -> str | None:
+    """Why a running job has no live runner any more, or None while it has one.
+
+    An owner on this host whose process is gone has lost it at once; elsewhere, an owner has lost it
+    when its lease ran out; an owner alive on this host only after STALLED_LEASES more leases.
+    """
     if job.status is not JobStatus.RUNNING:
         return None
-    if job.owner is not None and not owner_alive(job.owner):
+    here = owner_here(job.owner or "")
+    if here is False:
         return f"the process running it ({job.owner}) exited"
-    if job.lease_until is not None and job.lease_until < now:
+    overdue = now - job.lease_until if job.lease_until is not None else 0.0
+    if overdue > (STALLED_LEASES * lease_s if here else 0.0):
         return f"the process running it ({job.owner}) stopped renewing its lease"
     return None
 
 
-def lose(job: Job, *, now: float, max_attempts: int) -> Job | None:
+def lose(job: Job, *, now: float, lease_s: float, max_attempts: int) -> Job | None:
     """The job has no live runner: queue it again, or fail it when no attempt is left."""
-    reason = lost_reason(job, now=now)
+    reason = lost_reason(job, now=now, lease_s=lease_s)
     if reason is None:
         return None
     if job.cancel_requested:
@@ -276,12 +286,12 @@ def owner_name(slot: str) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{slot}"
 
 
-def owner_alive(owner: str) -> bool:
-    """False when the owner is a process of this host that no longer exists; True when unsure."""
+def owner_here(owner: str) -> bool | None:
+    """Whether the owner's process is alive, when it is a process of this host; None for another host."""
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
-        return True
+        return None
     try:
         os.kill(int(pid_text), 0)
     except ProcessLookupError:

@@ -42,7 +42,10 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     queue_url: str | None = None
     """``redis://host:port/db``: cluster mode, with jobs in Redis and solves on ``remat worker``s."""
-    queue_name: str = Field(default="remat", pattern=r"^[A-Za-z0-9_.-]+$")
+    queue_name: str = Field(default="remat", pattern=r"^[A-Za-z0-9_-]+$")
+    """RQ queue the API fills and workers empty (Redis list ``rq:queue:<name>``)."""
+    redis_prefix: str = Field(default="remat:", pattern=r"^[A-Za-z0-9_.:-]+$")
+    """Prefix of the job store's Redis keys; deployments sharing one Redis use different prefixes."""
 
     tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     """Bearer tokens accepted by the API (``REMAT_TOKENS``, comma-separated); none: no authentication."""

@@ -154,13 +154,14 @@ class JobStore(ABC):
         return changed if changed is not None else self.get(job_id, with_result=False)
 
     def reap(self) -> list[Job]:
-        """Take back running jobs whose owner exited or whose lease ran out; returns those queued again."""
+        """Take back running jobs that lost their runner (see lost_reason); returns those queued again."""
         now = time.time()
         requeued = []
         for job in self.jobs_with_status(JobStatus.RUNNING):
-            if _jobs.lost_reason(job, now=now) is None:
+            if _jobs.lost_reason(job, now=now, lease_s=self.lease_s) is None:
                 continue
-            lost = self._update(job.id, lambda j: _jobs.lose(j, now=now, max_attempts=self.max_attempts))
+            lost = self._update(job.id, lambda j: _jobs.lose(j, now=now, lease_s=self.lease_s,
+                                                             max_attempts=self.max_attempts))
             if lost is not None and lost.status is JobStatus.QUEUED:
                 requeued.append(lost)
         return requeued

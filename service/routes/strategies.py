@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from remat.solvers import STRATEGIES
+from remat.solvers import STRATEGIES, available_backends
 
 from .._problems import PROBLEM_RESPONSES
 from .._schemas import StrategiesPublic, StrategyPublic
@@ -19,5 +19,5 @@ def list_strategies() -> StrategiesPublic:
     return StrategiesPublic(
         strategies=[StrategyPublic(name=s.name, summary=s.summary, backends=list(s.backends), knob=s.knob)
                     for s in STRATEGIES.values()],
-        installed_backends=[],  # until remat.solvers.backends lands: it lists the installed engines
+        installed_backends=list(available_backends()),
     )

@@ -3,118 +3,28 @@ and an in-process app for the request-level tests."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from processes import REDIS_URL, Processes
 
 from remat.service import Settings, create_app
 
-REDIS_URL = "redis://127.0.0.1:6379/13"
-"""The dedicated Redis database the tests flush."""
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Process:
-    """A `remat` command in its own process group, with its output in a log file."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.args = args
-        self.log = log
-        self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen([sys.executable, "-m", "remat.clients.cli", *args], env={**os.environ, **env},
-                                      stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Signal the process only (not its group), as a crash or `kill` would; reap it after SIGKILL."""
-        if self.popen.poll() is None:
-            os.kill(self.popen.pid, sig)
-            if sig == signal.SIGKILL:
-                self.popen.wait()
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
-        self._out.close()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-class Server(Process):
-    """`remat serve` on a free port; ``url`` once it answers /healthz."""
-
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
-        self.port = free_port()
-        super().__init__(["serve", "--port", str(self.port), *args], env, log)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.wait_ready()
-
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"remat serve exited:\n{self.output()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"remat serve did not get ready:\n{self.output()}")
-
-
-class Processes:
-    """Starts servers and workers for one test and stops them all afterwards."""
-
-    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
-        self.tmp_path = tmp_path
-        self.env = env
-        self.started: list[Process] = []
-
-    def server(self, *args: str, **env: str) -> Server:
-        server = Server({**self.env, **env}, self.tmp_path / f"serve-{len(self.started)}.log", *args)
-        self.started.append(server)
-        return server
-
-    def worker(self, **env: str) -> Process:
-        worker = Process(["worker", "--queue", REDIS_URL], {**self.env, **env},
-                         self.tmp_path / f"worker-{len(self.started)}.log")
-        self.started.append(worker)
-        return worker
-
-    def stop_all(self) -> None:
-        for process in reversed(self.started):
-            process.stop()
+@pytest.fixture
+def namespace() -> str:
+    """This test's own name in Redis: store key prefix ``<namespace>:`` and RQ queue ``<namespace>``."""
+    return f"remat-test-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
+def processes(tmp_path: Path, namespace: str) -> Iterator[Processes]:
     env = {"REMAT_DATA_DIR": str(tmp_path / "data"), "REMAT_LOG_LEVEL": "info", "REMAT_LEASE_S": "3",
-           "REMAT_CANCEL_GRACE_S": "3"}
+           "REMAT_CANCEL_GRACE_S": "3", "REMAT_REDIS_PREFIX": f"{namespace}:", "REMAT_QUEUE_NAME": namespace}
     procs = Processes(tmp_path, env)
     try:
         yield procs
@@ -123,19 +33,25 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 
 
 @pytest.fixture
-def redis_db() -> Iterator[redis.Redis]:
-    """The tests' own Redis database, flushed before and after."""
+def redis_db(namespace: str) -> Iterator[redis.Redis]:
+    """The real Redis; every key of this test's namespace is deleted afterwards (prefer ``namespace`` as
+    the store prefix and queue name: keys under the default ``remat:`` prefix are shared by all tests)."""
     client = redis.Redis.from_url(REDIS_URL)
     try:
         client.ping()
     except redis.ConnectionError:
         pytest.skip("needs the Redis server on 127.0.0.1:6379 (.ci/run starts one)")
-    client.flushdb()
+    _delete(client, "remat:*")  # what tests on the default prefix left behind
     try:
         yield client
     finally:
-        client.flushdb()
+        _delete(client, f"*{namespace}*")
         client.close()
+
+
+def _delete(client: redis.Redis, pattern: str) -> None:
+    for key in client.scan_iter(match=pattern, count=1000):
+        client.delete(key)
 
 
 @pytest.fixture
@@ -149,39 +65,3 @@ def client(settings: Settings) -> Iterator[TestClient]:
     """The app in process, with its embedded executor running real solver processes."""
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_until(condition, timeout_s: float = 30.0, interval_s: float = 0.1):  # type: ignore[no-untyped-def]
-    """Poll ``condition()`` until it returns something truthy; that value, or AssertionError on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {condition}")
-        time.sleep(interval_s)
-
-
-def cancel_when_running(client, store, graph, strategy: str):  # type: ignore[no-untyped-def]
-    """Submit a long solve, cancel it once its solver runs; (the final job, the solver's pid).
-
-    Returns once the job has ended and its solver process is gone (AssertionError otherwise).
-    """
-    job = client.submit(graph, budget_ratio=0.3, strategy=strategy, time_limit_s=300)
-    pid = wait_until(lambda: store.get(job["id"], with_result=False).solver_pid, timeout_s=30)
-    time.sleep(1.0)
-    assert client.job(job["id"])["status"] == "running"
-    client.cancel(job["id"])
-    final = client.wait(job["id"], timeout_s=20, poll_s=0.1)
-    wait_until(lambda: not alive(pid), timeout_s=5)
-    return final, pid

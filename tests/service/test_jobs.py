@@ -50,19 +50,23 @@ def test_a_runner_that_lost_its_claim_can_no_longer_change_the_job():
 
 def test_a_lost_job_is_queued_again_until_its_attempts_run_out():
     running = jobs.claim(jobs.new_job(SPEC, graph_name="g", token=None, now=1.0), owner="h:1:s", now=2.0, lease_s=1)
-    assert jobs.lose(running, now=2.5, max_attempts=2) is None  # lease still valid, owner on another host
-    again = jobs.lose(running, now=5.0, max_attempts=2)
+    assert jobs.lose(running, now=2.5, lease_s=1, max_attempts=2) is None  # lease still valid, owner elsewhere
+    again = jobs.lose(running, now=5.0, lease_s=1, max_attempts=2)
     assert again.status is JobStatus.QUEUED and again.attempts == 1 and "queued again" in again.history[-1]
     second = jobs.claim(again, owner="h:1:s", now=6.0, lease_s=1)
-    failed = jobs.lose(second, now=9.0, max_attempts=2)
+    failed = jobs.lose(second, now=9.0, lease_s=1, max_attempts=2)
     assert failed.status is JobStatus.FAILED and "attempt 2 of 2" in failed.error
 
 
-def test_an_owner_on_this_host_whose_process_is_gone_is_not_alive():
-    assert jobs.owner_alive(jobs.owner_name("slot0"))
-    dead = jobs.owner_name("slot0").replace(f":{os.getpid()}:", ":999999999:")
-    assert not jobs.owner_alive(dead)
-    assert jobs.owner_alive("some-other-host:1:slot0")
+def test_an_owner_here_is_lost_when_its_process_is_gone_or_after_several_missed_leases():
+    me = jobs.owner_name("slot0")
+    dead = me.replace(f":{os.getpid()}:", ":999999999:")
+    assert jobs.owner_here(me) is True and jobs.owner_here(dead) is False
+    assert jobs.owner_here("some-other-host:1:slot0") is None
+    running = jobs.claim(jobs.new_job(SPEC, graph_name="g", token=None, now=1.0), owner=me, now=2.0, lease_s=1)
+    assert jobs.lost_reason(running, now=5.0, lease_s=1) is None  # slow, not gone: 4 more leases
+    assert "stopped renewing" in jobs.lost_reason(running, now=8.0, lease_s=1)
+    assert "exited" in jobs.lost_reason(replace(running, owner=dead), now=2.5, lease_s=1)
 
 
 def test_cancel_ends_a_queued_job_and_flags_a_running_one():

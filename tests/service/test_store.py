@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from processes import REDIS_URL
 
 from remat.schedules import JobNotFound
 from remat.service import JobStatus, JobStore, RedisStore, SolveSpec, SqliteStore, Sweep, SweepPoint
-
-from .conftest import REDIS_URL
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
@@ -22,7 +21,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
         s: JobStore = SqliteStore(tmp_path / "jobs.sqlite3", lease_s=0.5, max_attempts=2)
     else:
         request.getfixturevalue("redis_db")
-        s = RedisStore(redis.Redis.from_url(REDIS_URL, decode_responses=True), lease_s=0.5, max_attempts=2)
+        s = RedisStore(redis.Redis.from_url(REDIS_URL, decode_responses=True), lease_s=0.5, max_attempts=2,
+                       prefix=f"{request.getfixturevalue('namespace')}:")
     yield s
     s.close()
 

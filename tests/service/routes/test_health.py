@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from remat.solvers import STRATEGIES
+from remat.solvers import STRATEGIES, available_backends
 
 
 def test_health_and_readiness(client: TestClient):
@@ -22,7 +22,8 @@ def test_metrics_count_requests_by_route_template_and_jobs_by_status(client: Tes
 def test_strategies_lists_the_registry_and_installed_backends(client: TestClient):
     listing = client.get("/v1/strategies").json()
     assert [s["name"] for s in listing["strategies"]] == list(STRATEGIES)
-    assert isinstance(listing["installed_backends"], list)
+    assert listing["installed_backends"] == list(available_backends()) and "highs" in listing["installed_backends"]
+    assert "highs" in next(s for s in listing["strategies"] if s["name"] == "checkmate")["backends"]
 
 
 def test_openapi_documents_every_endpoint(client: TestClient):

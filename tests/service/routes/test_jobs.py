@@ -6,8 +6,7 @@ import json
 
 from factories import chain
 from fastapi.testclient import TestClient
-
-from ..conftest import wait_until
+from processes import wait_until
 
 
 def _submit(client: TestClient, n: int = 8, **extra) -> dict:

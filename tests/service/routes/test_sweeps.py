@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from factories import benchmark_graph, chain
 from fastapi.testclient import TestClient
+from processes import wait_until
 
 from remat.solvers import STRATEGIES, plan_sweep
-
-from ..conftest import wait_until
 
 
 def test_a_default_sweep_runs_every_applicable_strategy_over_the_budget_range(client: TestClient):

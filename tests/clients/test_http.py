@@ -1,0 +1,56 @@
+"""The HTTP client against a real `remat serve`: results, jobs, events, sweeps, and errors as ServiceError."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from factories import chain
+from processes import Processes
+
+from remat.clients.http import Client, ServiceError
+from remat.schedules import RematError
+
+
+@pytest.fixture
+def server_url(tmp_path: Path) -> Iterator[str]:
+    procs = Processes(tmp_path, {"REMAT_DATA_DIR": str(tmp_path / "data")})
+    try:
+        yield procs.server().url
+    finally:
+        procs.stop_all()
+
+
+def test_solve_submit_wait_and_events(server_url: str):
+    graph = chain(25)
+    with Client(server_url) as client:
+        result = client.solve(graph, budget_ratio=0.5, strategy="checkpoint-last")
+        assert result["status"] == "feasible" and result["graph_sha256"] == graph.sha256
+        job = client.submit(graph.to_json(), budget_ratio=0.5, strategy="checkpoint-last")
+        assert job["status"] == "succeeded" and job["result"] == result  # reused, not solved again
+        fresh = client.submit(graph, budget_ratio=0.7, strategy="checkpoint-last")
+        events = list(client.events(fresh["id"]))
+        assert events[-1]["event"] == "end" and events[-1]["data"]["status"] == "succeeded"
+        assert client.jobs(status="succeeded")[0]["id"] in (job["id"], fresh["id"])
+
+
+def test_sweeps(server_url: str):
+    graph = chain(5)
+    budgets = [graph.min_feasible_budget, graph.checkpoint_all_peak]
+    with Client(server_url) as client:
+        started = client.sweep(graph, strategies=["checkpoint-all", "checkpoint-last"], budgets=budgets)
+        sweep = client.wait_sweep(started["id"], poll_s=0.2)
+    assert sweep["status"] == "succeeded" and len(sweep["results"]) == 4
+
+
+def test_refusals_and_failures_are_service_errors_with_the_servers_detail(server_url: str):
+    with Client(server_url) as client:
+        with pytest.raises(ServiceError) as refused:
+            client.solve(chain(3), budget_ratio=0.5, strategy="no-such-strategy")
+        assert refused.value.status == 422 and "no-such-strategy" in str(refused.value)
+        assert isinstance(refused.value, RematError) and refused.value.problem["status"] == 422
+        with pytest.raises(ServiceError, match="404"):
+            client.job("nope")
+    with Client("http://127.0.0.1:1") as client, pytest.raises(ServiceError, match="Cannot reach"):
+        client.strategies()
