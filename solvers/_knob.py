@@ -15,10 +15,13 @@ from remat.schedules import Graph, InvalidRequest, Schedule, plan_from_schedule,
 
 from ._context import Outcome, SolveContext
 
-__all__ = ["EXHAUSTIVE_LIMIT", "KnobValue", "search_knob", "whole_number"]
+__all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob", "whole_number"]
 
 EXHAUSTIVE_LIMIT = 24
 """Up to this many distinct candidates are all simulated; beyond it the search samples and zooms."""
+
+TRIAL_LIMIT = 2 * EXHAUSTIVE_LIMIT
+"""No search simulates more candidates than this."""
 
 KnobValue = Any
 
@@ -53,9 +56,9 @@ def search_knob(
     ``key`` maps a knob value to what determines its schedule, so equal neighbours are tried once.
     Up to :data:`EXHAUSTIVE_LIMIT` distinct candidates are all tried; otherwise an evenly spread
     sample is tried, then the search bisects the gaps on both sides of the best candidate until
-    its neighbours are adjacent (with cost and peak monotone along the knob, as for revolve, that
-    finds the fit boundary exactly). ``ctx.options[knob]``, when given and ``parse`` accepts it,
-    pins the knob to one value instead.
+    its neighbours are adjacent or :data:`TRIAL_LIMIT` candidates were tried (with cost and peak
+    monotone along the knob, as for revolve, that finds the fit boundary exactly).
+    ``ctx.options[knob]``, when given and ``parse`` accepts it, pins the knob to one value instead.
     """
     if knob in ctx.options and parse is not None:
         values = [parse(ctx.options[knob])]
@@ -77,7 +80,7 @@ def search_knob(
         if trials and ctx.stopped():
             break
         attempt(position)
-    while not ctx.stopped():
+    while len(trials) < TRIAL_LIMIT and not ctx.stopped():
         pivot = best().position
         tried = sorted(trials)
         at = tried.index(pivot)
