@@ -40,8 +40,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   separate_input_output_schemas=False)
     app.state.token_check = TokenCheck(settings.tokens)
     install_problem_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # innermost: the endpoint reads through it
     app.middleware("http")(count_requests)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(routes.health)
     app.include_router(routes.dashboard)
     for router in (routes.solve, routes.jobs, routes.sweeps, routes.strategies):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi import HTTPException as FastAPIHTTPException
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -112,7 +113,8 @@ class BodyLimit:
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                raise HTTPException(413, f"The request body is over the {self.max_bytes} bytes this server accepts.")
+                raise FastAPIHTTPException(413, f"The request body is over the {self.max_bytes} bytes this server "
+                                                "accepts.")
             return message
 
         await self.app(scope, limited, send)

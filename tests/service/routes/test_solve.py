@@ -147,3 +147,14 @@ def test_unknown_routes_and_methods_are_problems_too(client: TestClient):
     assert client.get("/v1/nothing").headers["content-type"] == "application/problem+json"
     r = client.get("/v1/solve")
     assert r.status_code == 405 and r.headers["content-type"] == "application/problem+json"
+
+
+def test_a_streamed_body_that_grows_too_large_is_a_413_problem(client: TestClient):
+    def chunks():
+        yield b'{"graph": {"format": "remat.graph/v1", "name": "'
+        for _ in range(40):
+            yield b"x" * 32768
+        yield b'", "nodes": []}, "budget_ratio": 1.0}'
+
+    r = client.post("/v1/solve", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
