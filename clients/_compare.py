@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from remat.schedules import Graph, InvalidRequest, format_size
 from remat.service.dashboard import SweepCell, SweepView, render_report, sweep_table
@@ -108,7 +108,7 @@ def write_report(view: SweepView, path: str | Path, *, source: str) -> None:
     Path(path).write_text(render_report(view, generated=datetime.now(UTC), source=source), encoding="utf-8")
 
 
-def run(args: Any, out: TextIO = sys.stdout) -> int:
+def run(args: Any) -> int:
     """``remat compare``: sweep, print the table, write the report; 1 when a point failed."""
     graph = Graph.from_path(args.graph)
     options = {"strategies": args.strategies, "budgets": args.budgets, "backend": args.backend}
@@ -121,7 +121,7 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
     else:
         view = compare_here(graph, points=args.points or SWEEP_POINTS,
                             time_limit_s=args.time_limit or DEFAULT_TIME_LIMIT_S, **options)
-    print(table_text(view), file=out)
+    print(table_text(view))
     if args.html:
         write_report(view, args.html, source=f"remat compare {Path(args.graph).name}")
         _stderr(f"report: {args.html}")

@@ -8,7 +8,7 @@ vendored Plotly bundle (:mod:`._assets`). The router lives in :mod:`remat.servic
 
 from ._assets import ASSETS, PLOTLY_VERSION, Asset
 from ._job_view import MAX_SIDE, MAX_STEPS, Blocks, PlanStats, downsample, job_figures, memory_envelope, plan_stats
-from ._load import JobView, load_job, load_sweep
+from ._load import JobView, load_job, load_recent, load_sweep
 from ._render import (
     job_update,
     render_index,
@@ -48,6 +48,7 @@ __all__ = [
     "job_figures",
     "job_update",
     "load_job",
+    "load_recent",
     "load_sweep",
     "memory_envelope",
     "plan_stats",

@@ -26,7 +26,7 @@ __all__ = ["MAX_SIDE", "MAX_STEPS", "Blocks", "PlanStats", "downsample", "job_fi
 
 MAX_SIDE = 400
 """Most rows or columns of a heat map sent to the browser."""
-MAX_STEPS = 4000
+MAX_STEPS = 1500
 """Most points of the memory line sent to the browser."""
 TOP_NODES = 12
 """Most recomputed nodes listed by name."""

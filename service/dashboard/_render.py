@@ -60,6 +60,7 @@ _ENV = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_auto
                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 _ENV.globals.update(script=_script, style=_style, icon=_icon, color=strategy_color, inline=False)
 _ENV.filters.update(size=format_size, when=_when)
+_ENV.policies["json.dumps_kwargs"] = {"separators": (",", ":")}
 
 
 def _render(template: str, **context: Any) -> str:
@@ -97,10 +98,10 @@ def render_report(view: SweepView, *, generated: datetime, source: str) -> str:
 
 
 def job_update(job: Mapping[str, Any], *, poll: str | None) -> dict[str, Any]:
-    """What a live job page swaps in while the job runs; once it has ended the page reloads to draw its plan."""
-    ended = job["status"] in ("succeeded", "failed", "cancelled")
-    return {"figures": {}, "html": {"job-progress": _render("_job_progress.html", job=job)},
-            "poll": None if ended else poll, "reload": ended}
+    """What a live job page swaps in while the job runs (``poll`` set); once it has ended (``poll`` None)
+    the page reloads to draw the plan."""
+    return {"figures": {}, "html": {"job-progress": _render("_job_progress.html", job=job)}, "poll": poll,
+            "reload": poll is None}
 
 
 def render_job(job: Mapping[str, Any], result: Mapping[str, Any] | None, *, figures: Mapping[str, Any],

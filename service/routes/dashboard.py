@@ -23,13 +23,14 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from .._deps import JobDep, ServiceDep
+from .._deps import ServiceDep
 from .._errors import Unauthorized
-from .._schemas import JobPublic, SweepSummary
+from .._schemas import JobPublic
 from ..dashboard import (
     ASSETS,
     job_update,
     load_job,
+    load_recent,
     load_sweep,
     render_index,
     render_job,
@@ -105,12 +106,7 @@ JobId = Annotated[str, Path(max_length=200)]
 @pages.get("")
 def index(service: ServiceDep) -> HTMLResponse:
     """Recent sweeps with their progress, recent jobs with their results' numbers."""
-    sweeps = [SweepSummary.of(s, service.sweep_jobs(s, with_result=False)).model_dump()
-              for s in service.store.list_sweeps(limit=RECENT_SWEEPS)]
-    jobs = service.store.list_jobs(limit=RECENT_JOBS)
-    summaries = service.store.result_summaries([j.id for j in jobs if j.status.terminal])
-    return HTMLResponse(render_index(sweeps=sweeps, jobs=[JobPublic.of(j).model_dump() for j in jobs],
-                                     summaries=summaries))
+    return HTMLResponse(render_index(**load_recent(service, sweeps=RECENT_SWEEPS, jobs=RECENT_JOBS)))
 
 
 @pages.get("/sweeps/{sweep_id}")
@@ -129,10 +125,10 @@ def sweep_data(sweep_id: SweepId, service: ServiceDep) -> JSONResponse:
 
 
 @pages.get("/jobs/{job_id}")
-def job_page(job: JobDep, service: ServiceDep) -> HTMLResponse:
+def job_page(job_id: JobId, service: ServiceDep) -> HTMLResponse:
     """The job's result, memory over its plan against the budget, R/S heat maps, plan statistics."""
-    view = load_job(service, job)
-    poll = None if job.status.terminal else f"/dashboard/jobs/{job.id}/data"
+    view = load_job(service, job_id)
+    poll = None if view.ended else f"/dashboard/jobs/{job_id}/data"
     return HTMLResponse(render_job(view.job, view.result, figures=view.figures, stats=view.stats, poll=poll,
                                    notice=view.notice))
 
@@ -141,8 +137,8 @@ def job_page(job: JobDep, service: ServiceDep) -> HTMLResponse:
 def job_data(job_id: JobId, service: ServiceDep) -> JSONResponse:
     """The job's progress while it runs; ``reload`` once it has ended."""
     job = service.store.get(job_id, with_result=False)
-    return JSONResponse(job_update(JobPublic.of(job).model_dump(mode="json"),
-                                   poll=f"/dashboard/jobs/{job_id}/data"))
+    poll = None if job.status.terminal else f"/dashboard/jobs/{job_id}/data"
+    return JSONResponse(job_update(JobPublic.of(job).model_dump(mode="json"), poll=poll))
 
 
 @public.post("/login")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from remat.schedules import layout_plan, simulate
-from remat.service.dashboard import downsample, job_figures, memory_envelope, plan_stats
+from remat.service.dashboard import MAX_STEPS, downsample, job_figures, memory_envelope, plan_stats
 from remat.solvers import solve
 
 
@@ -82,4 +82,4 @@ def test_big_schedules_are_downsampled_on_the_server():
     z = figures["R"]["data"][0]["z"]
     assert len(graph) > 400 and len(z) <= 400 and len(z[0]) <= 400
     assert figures["R"]["data"][0]["dx"] > 1
-    assert len(figures["memory"]["data"][0]["x"]) <= 4000
+    assert len(figures["memory"]["data"][0]["x"]) <= MAX_STEPS
