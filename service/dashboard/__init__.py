@@ -15,6 +15,7 @@ from ._render import (
     render_job,
     render_login,
     render_report,
+    render_root,
     render_sweep,
     sweep_update,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "render_job",
     "render_login",
     "render_report",
+    "render_root",
     "render_sweep",
     "step_curve",
     "strategy_color",

@@ -23,8 +23,8 @@ from ._assets import ASSETS
 from ._job_view import PlanStats
 from ._sweep_view import SweepView, strategy_color, sweep_figure, sweep_table
 
-__all__ = ["TEMPLATE_DIR", "render_index", "render_job", "render_login", "render_report", "render_sweep",
-           "job_update", "sweep_update"]
+__all__ = ["TEMPLATE_DIR", "job_update", "render_index", "render_job", "render_login", "render_report",
+           "render_root", "render_sweep", "sweep_update"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -65,6 +65,11 @@ _ENV.policies["json.dumps_kwargs"] = {"separators": (",", ":")}
 
 def _render(template: str, **context: Any) -> str:
     return _ENV.get_template(template).render(**context)
+
+
+def render_root(*, version: str) -> str:
+    """``/`` for a browser: where the dashboard and the API documentation are."""
+    return _render("root.html", version=version)
 
 
 def render_index(*, sweeps: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, Any]],

@@ -1,8 +1,8 @@
 """The dashboard: HTML pages over the job store, under ``/dashboard`` and outside the OpenAPI schema.
 
-``/dashboard`` lists recent sweeps and jobs; ``/dashboard/sweeps/{id}`` and ``/dashboard/jobs/{id}``
-show one, live while it runs (their ``/data`` twins answer the page's polls); ``/dashboard/static/``
-serves the vendored assets.
+``/`` links to it and to the API documentation. ``/dashboard`` lists recent sweeps and jobs;
+``/dashboard/sweeps/{id}`` and ``/dashboard/jobs/{id}`` show one, live while it runs (their ``/data``
+twins answer the page's polls); ``/dashboard/static/`` serves the vendored assets.
 
 When the service requires a bearer token, so do the pages. A browser cannot send an Authorization
 header on a link, so a page also accepts the token from the ``remat_token`` cookie, an HTTP-only,
@@ -25,6 +25,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from .._deps import ServiceDep
 from .._errors import Unauthorized
+from .._jobs import remat_version
 from .._schemas import JobPublic
 from ..dashboard import (
     ASSETS,
@@ -35,6 +36,7 @@ from ..dashboard import (
     render_index,
     render_job,
     render_login,
+    render_root,
     render_sweep,
     sweep_update,
 )
@@ -158,7 +160,21 @@ def static(name: Annotated[str, Path(max_length=100)]) -> Response:
                     headers={"Cache-Control": "public, max-age=31536000, immutable"})
 
 
+front = APIRouter(include_in_schema=False)
+LINKS = {"dashboard": "/dashboard", "docs": "/docs", "openapi": "/openapi.json", "health": "/healthz",
+         "ready": "/readyz", "metrics": "/metrics"}
+
+
+@front.get("/")
+def root(request: Request) -> Response:
+    """The service's front door: a page linking the dashboard and the API documentation, or the links as JSON."""
+    if "text/html" in request.headers.get("accept", ""):
+        return HTMLResponse(render_root(version=remat_version()))
+    return JSONResponse({"name": "remat", "version": remat_version(), "links": LINKS})
+
+
 router = APIRouter()
-"""Every dashboard route: the pages (behind the token when authentication is on), sign-in and assets."""
+"""Every dashboard route: the pages (behind the token when authentication is on), sign-in, assets, and ``/``."""
 router.include_router(pages)
 router.include_router(public)
+router.include_router(front)

@@ -156,3 +156,10 @@ def test_a_bearer_header_works_too(secured: TestClient):
     auth = {"Authorization": f"Bearer {TOKEN}"}
     sweep = finished_sweep(secured, **auth)
     assert secured.get(f"/dashboard/sweeps/{sweep['id']}", headers=auth).status_code == 200
+
+
+def test_the_root_links_the_dashboard(client: TestClient):
+    page = client.get("/", headers={"Accept": "text/html"})
+    assert page.status_code == 200 and 'href="/dashboard"' in page.text and 'href="/docs"' in page.text
+    links = client.get("/", headers={"Accept": "application/json"}).json()["links"]
+    assert links["dashboard"] == "/dashboard" and client.get(links["dashboard"]).status_code == 200
