@@ -8,14 +8,16 @@ and its memory follows from it. This is the representation the local search edit
 
 Time is a grid of slots ``key = stage * n + node``: within a stage, nodes run in index order.
 A copy alive from slot ``s`` to slot ``e`` adds its size to every stage strictly between their
-stages (``full``, one number per stage) and to positions of its first and last stage (``part``,
-recomputed per stage when a copy starting or ending there changes). A stage's peak is
-``full[t] + part[t]``, read at the nodes the stage computes, exactly as :func:`simulate` reads
-the plan that :func:`plan_from_schedule` makes of :meth:`Timeline.schedule`.
+stages (kept as differences, ``rise``, so an edit is two point updates) and to positions of its
+first and last stage (``part``, recomputed per stage when a copy starting or ending there
+changes). A stage's peak is ``cumsum(rise)[t] + part[t]``, read at the nodes the stage computes,
+exactly as :func:`simulate` reads the plan that :func:`plan_from_schedule` makes of
+:meth:`Timeline.schedule`.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right, insort
 
 import numpy as np
@@ -66,14 +68,17 @@ class Timeline:
         """reads[u]: slots at which some computation reads u, ascending."""
         self.closing: list[dict[int, int]] = [{} for _ in range(n)]
         """closing[t]: {u: end slot} for copies made before stage t whose last read is in stage t."""
-        self.full = np.zeros(n + 1, dtype=np.int64)
-        self.part = np.zeros(n, dtype=np.int64)
+        # Plain arrays for fast item updates, read by numpy through zero-copy views.
+        self.rise = array("q", bytes(8 * (n + 1)))
+        self.part = array("q", bytes(8 * n))
+        self._rise = np.frombuffer(self.rise, dtype=np.int64)[:n]
+        self._part = np.frombuffer(self.part, dtype=np.int64)
         self.top = list(range(n))
         """top[t]: the node at whose computation stage t peaks."""
         self.extra_cost = 0.0
         for v in range(n):
             self.ends[v] = self._copy_ends(v)
-            self._place(v, self.stages[v], self.ends[v], 1, None)
+            self._place(v, v, self.ends[v][0], 1, set())
         for t in range(n):
             self._refresh_stage(t)
 
@@ -82,7 +87,7 @@ class Timeline:
     @property
     def peaks(self) -> np.ndarray:
         """Peak memory of each stage, fixed memory excluded."""
-        return self.full[:self.n] + self.part
+        return np.cumsum(self._rise) + self._part
 
     def peak(self) -> int:
         """Peak memory over the whole schedule, fixed memory included."""
@@ -115,9 +120,9 @@ class Timeline:
         n = self.n
         R = np.zeros((n, n), dtype=bool)
         S = np.zeros((n, n), dtype=bool)
-        for v, (stages, ends) in enumerate(zip(self.stages, self.ends)):
+        for v, (stages, ends) in enumerate(zip(self.stages, self.ends, strict=True)):
             R[stages, v] = True
-            for t, end in zip(stages, ends):
+            for t, end in zip(stages, ends, strict=True):
                 S[t + 1:end // n + 1, v] = True
         return Schedule(R, S)
 
@@ -125,36 +130,62 @@ class Timeline:
 
     def add(self, v: int, t: int) -> None:
         """Compute v again at stage t (t > v, and not already computed there)."""
-        key = t * self.n + v
-        self._edit(v, t, lambda items, x: insort(items, x), key)
+        n, key = self.n, t * self.n + v
+        dirty = {t}
+        k = self.live_copy(v, key)
+        stages, ends = self.stages[v], self.ends[v]
+        start, end = stages[k], ends[k]
+        stages.insert(k + 1, t)
+        insort(self.nodes[t], v)
+        head = self._last_read(v, start * n + v, key)
+        ends[k] = head
+        ends.insert(k + 1, end if end > key else key)
+        self._place(v, start, end, -1, dirty)
+        self._place(v, start, head, 1, dirty)
+        self._place(v, t, ends[k + 1], 1, dirty)
+        for u in self.deps[v]:
+            insort(self.reads[u], key)
+            j = self.live_copy(u, key)
+            if self.ends[u][j] < key:
+                self._move_end(u, j, key, dirty)
         self.extra_cost += self.cost[v]
+        for s in dirty:
+            self._refresh_stage(s)
 
     def remove(self, v: int, t: int) -> None:
         """Drop the computation of v at stage t (t > v)."""
-        key = t * self.n + v
-        self._edit(v, t, _remove_sorted, key)
-        self.extra_cost -= self.cost[v]
-
-    def _edit(self, v: int, t: int, change, key: int) -> None:  # type: ignore[no-untyped-def]
-        touched = (v, *self.deps[v])
-        before = [(self.stages[u][:], self.ends[u]) for u in touched]
-        change(self.stages[v], t)
-        change(self.nodes[t], v)
-        for u in self.deps[v]:
-            change(self.reads[u], key)
+        n, key = self.n, t * self.n + v
         dirty = {t}
-        for u, (old_stages, old_ends) in zip(touched, before):
-            new_ends = self._copy_ends(u)
-            new_stages = self.stages[u]
-            if new_stages == old_stages and new_ends == old_ends:
-                continue
-            old = set(zip(old_stages, old_ends))
-            new = set(zip(new_stages, new_ends))
-            self._place(u, *zip(*(old - new)), -1, dirty) if old - new else None
-            self._place(u, *zip(*(new - old)), 1, dirty) if new - old else None
-            self.ends[u] = new_ends
+        stages, ends = self.stages[v], self.ends[v]
+        k = bisect_left(stages, t)
+        start, head, tail = stages[k - 1], ends[k - 1], ends[k]
+        del stages[k], ends[k]
+        del self.nodes[t][bisect_left(self.nodes[t], v)]
+        ends[k - 1] = tail if tail > key else head
+        self._place(v, start, head, -1, dirty)
+        self._place(v, t, tail, -1, dirty)
+        self._place(v, start, ends[k - 1], 1, dirty)
+        for u in self.deps[v]:
+            reads = self.reads[u]
+            del reads[bisect_left(reads, key)]
+            j = self.live_copy(u, key)
+            if self.ends[u][j] == key:
+                self._move_end(u, j, self._last_read(u, self.stages[u][j] * n + u, key), dirty)
+        self.extra_cost -= self.cost[v]
         for s in dirty:
             self._refresh_stage(s)
+
+    def _last_read(self, v: int, start: int, stop: int) -> int:
+        """The last slot before ``stop`` at which v is read after ``start``; ``start`` if there is none."""
+        reads = self.reads[v]
+        i = bisect_left(reads, stop)
+        return reads[i - 1] if i and reads[i - 1] > start else start
+
+    def _move_end(self, u: int, j: int, end: int, dirty: set[int]) -> None:
+        start = self.stages[u][j]
+        self._place(u, start, self.ends[u][j], -1, dirty)
+        self.ends[u][j] = end
+        self._place(u, start, end, 1, dirty)
 
     def _copy_ends(self, v: int) -> list[int]:
         n, stages, reads = self.n, self.stages[v], self.reads[v]
@@ -165,21 +196,24 @@ class Timeline:
             out.append(reads[hi - 1] if hi and reads[hi - 1] > start else start)
         return out
 
-    def _place(self, v: int, stages, ends, sign: int, dirty: set[int] | None) -> None:  # type: ignore[no-untyped-def]
-        """Add (sign 1) or take away (sign -1) copies of v: whole stages in ``full``, the end stage's ``closing``."""
-        n, m = self.n, self.mem[v] * sign
-        for t, end in zip(stages, ends):
-            last = end // n
+    def _place(self, v: int, t: int, end: int, sign: int, dirty: set[int]) -> None:
+        """Add (sign 1) or take away (sign -1) the copy of v made at stage t and last read at slot ``end``.
+
+        It fills the stages strictly between (``rise``) and is listed in its end stage's ``closing``.
+        Only the end stage's in-stage part can change (callers mark the stage of a new or dropped
+        computation themselves), so only it is collected in ``dirty``.
+        """
+        last = end // self.n
+        if last > t:
             if last > t + 1:
-                self.full[t + 1:last] += m
-            if last > t:
-                if sign > 0:
-                    self.closing[last][v] = end
-                elif self.closing[last].get(v) == end:
-                    del self.closing[last][v]
-            if dirty is not None:
-                dirty.add(t)
-                dirty.add(last)
+                m = self.mem[v] * sign
+                self.rise[t + 1] += m
+                self.rise[last] -= m
+            if sign > 0:
+                self.closing[last][v] = end
+            else:
+                del self.closing[last][v]
+        dirty.add(last)
 
     def _refresh_stage(self, t: int) -> None:
         """Recompute the in-stage part of stage t's peak and where it occurs."""
@@ -207,6 +241,3 @@ class Timeline:
         self.part[t] = best
         self.top[t] = top
 
-
-def _remove_sorted(items: list[int], x: int) -> None:
-    del items[bisect_left(items, x)]

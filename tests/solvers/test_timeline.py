@@ -47,8 +47,8 @@ def test_edits_on_a_benchmark_graph_match_a_fresh_build() -> None:
     graph = benchmark_graph("rl100")
     tl = Timeline(graph)
     extras: list[tuple[int, int]] = []
-    for extras in random_edits(tl, random.Random(7), 400):
-        pass
+    for edited in random_edits(tl, random.Random(7), 400):
+        extras = edited
     assert_matches_simulator(graph, tl)
     fresh = Timeline(graph)
     for v, t in extras:

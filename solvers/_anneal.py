@@ -1,0 +1,336 @@
+"""Simulated annealing over extra computations: the large-graph search of the fixed-order problem.
+
+The state is a :class:`Timeline` (where each node is computed; retention follows). Two moves:
+
+- a *relief* computes a value again just before its next read, freeing it over the gap where a
+  crowded stage peaks; the deps it needs that are not resident then are either kept alive or,
+  with probability :data:`RECURSE` each (at most :data:`MAX_RELIEF` computations in all),
+  recomputed with it;
+- a *drop* removes one extra computation.
+
+A move's score is its cost plus a weighted penalty on memory over the budget (summed over
+stages). The weight adapts: it grows while the search is over budget and shrinks while it fits, so
+the search crosses infeasible ground between schedules that fit. A greedy descent (the best of a
+few reliefs by memory freed per cost) first reaches the budget, which gives the first plan fast;
+the annealing then cools geometrically over the time left. The cheapest state that fits is kept.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+
+import numpy as np
+
+from remat.schedules import Graph, Schedule
+
+from ._context import Outcome, SolveContext
+from ._timeline import Timeline
+
+__all__ = ["Annealer", "anneal", "timeline_from_schedule"]
+
+RECURSE = 0.3
+"""Probability that a relief recomputes (rather than keeps alive) a dep that is not resident."""
+
+MAX_RELIEF = 3
+"""Most computations one relief adds."""
+
+P_DROP = 0.45
+"""Share of moves that drop an extra computation (the rest are reliefs)."""
+
+CANDIDATES = 12
+"""Reliefs compared at each step of the greedy descent."""
+
+COOLING = 1e-3
+"""Final temperature as a fraction of the initial one."""
+
+_CHECK_EVERY = 128
+"""Moves between looks at the clock and the stop flag."""
+
+_REPORT_EVERY_S = 0.5
+"""Least seconds between two progress reports of a new best."""
+
+
+def timeline_from_schedule(graph: Graph, schedule: Schedule) -> Timeline:
+    """The timeline computing what ``schedule`` computes (computations of held values dropped).
+
+    Its cost is the schedule's simulated cost and its peak is at most the schedule's, since each
+    copy is then kept only until its last read.
+    """
+    tl = Timeline(graph)
+    extra = schedule.R & ~schedule.S
+    np.fill_diagonal(extra, False)
+    for t, v in zip(*np.nonzero(extra), strict=True):
+        tl.add(int(v), int(t))
+    return tl
+
+
+def anneal(graph: Graph, budget: int, ctx: SolveContext, start: Schedule | None = None, *,
+           seed: int = 0, moves: int | None = None) -> Outcome:
+    """Anneal until the time limit, a stop or ``moves`` moves; return the cheapest schedule that fits.
+
+    Parameters
+    ----------
+    graph, budget, ctx
+        As for every strategy; ``ctx.remaining_s()`` sets the cooling schedule.
+    start : Schedule, optional
+        Where to start (a baseline's schedule); checkpoint-all otherwise.
+    seed : int
+        Seed of the move generator.
+    moves : int, optional
+        Stop after this many moves and cool over them instead of over the time left (a run that
+        does not depend on the machine's speed).
+
+    Examples
+    --------
+    >>> from remat.schedules import Graph
+    >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
+    ...     {"id": "a", "deps": [], "cost": 1, "memory": 4},
+    ...     {"id": "b", "deps": ["a"], "cost": 1, "memory": 2},
+    ...     {"id": "c", "deps": ["b"], "cost": 1, "memory": 2},
+    ...     {"id": "d", "deps": ["a", "c"], "cost": 1, "memory": 1}]})
+    >>> outcome = anneal(g, 7, SolveContext(), moves=2000)
+    >>> outcome.schedule.compute_count  # a is computed again for d instead of being kept
+    5
+    """
+    annealer = Annealer(graph, budget, seed=seed, start=start)
+    annealer.run(ctx, moves=moves)
+    return annealer.outcome()
+
+
+class Annealer:
+    """One annealing run over a timeline, remembering the cheapest state that fits.
+
+    Parameters
+    ----------
+    graph, budget
+        The problem.
+    seed : int
+        Seed of the move generator.
+    start : Schedule, optional
+        The schedule to start from; checkpoint-all otherwise.
+    """
+
+    def __init__(self, graph: Graph, budget: int, *, seed: int = 0, start: Schedule | None = None) -> None:
+        self.graph = graph
+        self.tl = timeline_from_schedule(graph, start) if start is not None else Timeline(graph)
+        self.limit = budget - graph.fixed_memory
+        self.rng = random.Random(seed)
+        self.extras: list[tuple[int, int]] = []
+        self._where: dict[tuple[int, int], int] = {}
+        for v, stages in enumerate(self.tl.stages):
+            for t in stages[1:]:
+                self._track(v, t)
+        cost = graph.cost
+        self.temperature0 = 0.5 * float(cost[cost > 0].mean()) if (cost > 0).any() else 1.0
+        self.epsilon = 1e-3 * self.temperature0
+        self.weight = self.temperature0 / max(float(graph.memory.mean()), 1.0)
+        self.excess = self._excess()
+        self.best: list[tuple[int, int]] | None = None
+        self.best_extra = math.inf
+        self.best_at_s: float | None = None
+        self.first_at_s: float | None = None
+        self.moves = 0
+
+    # -- results ----------------------------------------------------------------------------------
+
+    @property
+    def best_cost(self) -> float | None:
+        """Cost of the cheapest schedule found that fits, or None."""
+        return None if self.best is None else self.graph.base_cost + self.best_extra
+
+    def best_schedule(self) -> Schedule | None:
+        """The cheapest schedule found that fits, or None."""
+        if self.best is None:
+            return None
+        tl = Timeline(self.graph)
+        for v, t in self.best:
+            tl.add(v, t)
+        return tl.schedule()
+
+    def outcome(self) -> Outcome:
+        """The best schedule as an Outcome, with a line for the log."""
+        if self.best is None:
+            return Outcome(None, log=[f"anneal: nothing within the budget after {self.moves} moves"])
+        return Outcome(self.best_schedule(), log=[
+            f"anneal: {self.moves} moves; cost {self.best_cost:.6g} found after {self.best_at_s:.2f} s"])
+
+    # -- the search -------------------------------------------------------------------------------
+
+    def run(self, ctx: SolveContext, *, moves: int | None = None,
+            on_best: Callable[[float, list[tuple[int, int]]], None] | None = None) -> None:
+        """Descend to the budget, then anneal until ``ctx.stopped()`` (or ``moves`` moves).
+
+        ``on_best(cost, extras)`` is called for each new best state that fits (cost including the
+        base cost; ``extras`` the (node, stage) extra computations); progress goes to
+        ``ctx.report`` at most every half second.
+        """
+        started = time.monotonic()
+        horizon = max(ctx.remaining_s(), 1e-3)
+        reported = math.inf
+        last_report = -math.inf
+
+        def improved() -> None:
+            nonlocal reported, last_report
+            if not self._remember(time.monotonic() - started):
+                return
+            if on_best is not None:
+                on_best(self.graph.base_cost + self.best_extra, list(self.best or ()))
+            elapsed = time.monotonic() - started
+            if reported == math.inf or elapsed >= last_report + _REPORT_EVERY_S:
+                ctx.report(incumbent_cost=self.graph.base_cost + self.best_extra, message="anneal: new best")
+                reported, last_report = self.best_extra, elapsed
+
+        self._descend(ctx)
+        improved()
+        temperature = self.temperature0
+        over_streak = 0
+        while True:
+            self.moves += 1
+            if self.moves % _CHECK_EVERY == 0:
+                if ctx.stopped() or (moves is not None and self.moves >= moves):
+                    break
+                progress = self.moves / moves if moves else (time.monotonic() - started) / horizon
+                temperature = self.temperature0 * COOLING ** min(progress, 1.0)
+            if self._step(temperature):
+                improved()
+            if self.excess > 0:
+                over_streak += 1
+                if over_streak > 200:
+                    self.weight *= 1.05
+                    over_streak = 0
+            elif self.moves % 50 == 0:
+                over_streak = 0
+                self.weight /= 1.01
+        if self.best is not None and self.best_extra < reported:
+            ctx.report(incumbent_cost=self.graph.base_cost + self.best_extra, message="anneal: best")
+
+    def _step(self, temperature: float) -> bool:
+        """One move, kept or undone by the Metropolis rule; True when it was kept."""
+        tl, rng = self.tl, self.rng
+        dropped: list[tuple[int, int]] = []
+        added: list[tuple[int, int]] = []
+        if self.extras and rng.random() < P_DROP:
+            dropped = [self.extras[rng.randrange(len(self.extras))]]
+            self._remove(dropped)
+        else:
+            added = self._relief() or []
+            if not added:
+                return False
+            self._add(added)
+        excess = self._excess()
+        delta = sum(tl.cost[v] for v, _ in added) - sum(tl.cost[v] for v, _ in dropped) \
+            + self.weight * (excess - self.excess)
+        if delta <= 0 or rng.random() < math.exp(-delta / temperature):
+            self.excess = excess
+            return True
+        self._remove(added)
+        self._add(dropped)
+        return False
+
+    def _descend(self, ctx: SolveContext) -> None:
+        """Greedy descent to the budget: apply the best of a few reliefs by memory freed per cost."""
+        while self.excess > 0 and not ctx.stopped():
+            best: tuple[float, list[tuple[int, int]], int] | None = None
+            for _ in range(CANDIDATES):
+                moves = self._relief()
+                if not moves:
+                    continue
+                self._add(moves)
+                excess = self._excess()
+                self._remove(moves)
+                if excess < self.excess:
+                    score = (self.excess - excess) / (sum(self.tl.cost[v] for v, _ in moves) + self.epsilon)
+                    if best is None or score > best[0]:
+                        best = (score, moves, excess)
+            if best is not None:
+                self._add(best[1])
+                self.excess = best[2]
+
+    def _relief(self) -> list[tuple[int, int]] | None:
+        """Computations that free one value over the peak of a crowded stage, or None if none was found.
+
+        Picks a stage over the limit (or one of the fullest tenth), a value resident at its peak
+        that the peak's node does not read, and computes it again at the stage of its next read
+        (or, one time in three, at a stage between the peak and that read).
+        """
+        tl, rng, n = self.tl, self.rng, self.tl.n
+        peaks = tl.peaks
+        crowded = np.flatnonzero(peaks > self.limit)
+        if crowded.size == 0 or rng.random() < 0.3:
+            top = min(n, max(10, n // 10))
+            crowded = np.argpartition(peaks, n - top)[n - top:]
+        t = int(crowded[rng.randrange(crowded.size)])
+        w = tl.top[t]
+        key = t * n + w
+        for _ in range(30 if t else 0):
+            u = rng.randrange(t)
+            if u == w or u in tl.deps[w] or not tl.live_at(u, key):
+                continue
+            reads = tl.reads[u]
+            j = bisect_right(reads, key)
+            if j == len(reads) or reads[j] // n <= t:
+                continue
+            r = reads[j] // n
+            if rng.random() < 0.3:
+                r = rng.randrange(t + 1, r + 1)
+            if not tl.computes(u, r):
+                return self._with_deps(u, r)
+        return None
+
+    def _with_deps(self, u: int, r: int) -> list[tuple[int, int]]:
+        """Compute u at stage r, and some of the deps that are not resident there with it."""
+        tl, n = self.tl, self.tl.n
+        moves = [(u, r)]
+        todo, seen = [u], {u}
+        while todo and len(moves) < MAX_RELIEF:
+            x = todo.pop()
+            for d in tl.deps[x]:
+                if d in seen or tl.computes(d, r) or tl.live_at(d, r * n + x):
+                    continue
+                if len(moves) < MAX_RELIEF and self.rng.random() < RECURSE:
+                    seen.add(d)
+                    moves.append((d, r))
+                    todo.append(d)
+        return moves
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _remember(self, elapsed_s: float) -> bool:
+        """Keep the current state when it fits and beats the best; True when it did."""
+        if self.excess > 0 or self.tl.extra_cost >= self.best_extra - 1e-9 * max(1.0, self.graph.base_cost):
+            return False
+        self.best_extra = self.tl.extra_cost
+        self.best = list(self.extras)
+        self.best_at_s = elapsed_s
+        if self.first_at_s is None:
+            self.first_at_s = elapsed_s
+        return True
+
+    def _excess(self) -> int:
+        over = self.tl.peaks - self.limit
+        return int(over[over > 0].sum())
+
+    def _track(self, v: int, t: int) -> None:
+        self._where[(v, t)] = len(self.extras)
+        self.extras.append((v, t))
+
+    def _untrack(self, v: int, t: int) -> None:
+        i = self._where.pop((v, t))
+        last = self.extras.pop()
+        if i < len(self.extras):
+            self.extras[i] = last
+            self._where[last] = i
+
+    def _add(self, moves: list[tuple[int, int]]) -> None:
+        for v, t in moves:
+            self.tl.add(v, t)
+            self._track(v, t)
+
+    def _remove(self, moves: list[tuple[int, int]]) -> None:
+        for v, t in reversed(moves):
+            self.tl.remove(v, t)
+            self._untrack(v, t)
