@@ -11,7 +11,9 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from remat.schedules import Graph, InvalidRequest, JobNotFound, resolve_budget
+from starlette.concurrency import run_in_threadpool
+
+from remat.schedules import Graph, InvalidRequest, resolve_budget
 from remat.solvers import Strategy, get_strategy, plan_sweep
 
 from ._errors import QueueFull, TooManyJobs
@@ -57,11 +59,9 @@ class Service:
         deadline = time.monotonic() + wait_s
         pause = WAIT_POLL_S[0]
         while True:
-            job = await asyncio.to_thread(self.store.get, job_id, with_result=False)
+            job = await run_in_threadpool(self.store.get, job_id)  # no result is stored before the end
             left = deadline - time.monotonic()
-            if job.status.terminal:
-                return await asyncio.to_thread(self.store.get, job_id)
-            if left <= 0:
+            if job.status.terminal or left <= 0:
                 return job
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, WAIT_POLL_S[1])
@@ -104,22 +104,26 @@ class Service:
         return limit
 
     def _submit(self, specs: Sequence[SolveSpec], graph: Graph, token: str | None) -> list[Job]:
-        self._admit(specs, token)
-        self.store.put_graph(graph.sha256, graph.to_json())
+        """Submit what needs running; a job that is active or holds a reusable result is answered as it is."""
+        existing = {job.id: job for job in self.store.get_many([spec.job_id for spec in specs])}
+        new = [spec for spec in specs if _needs_run(existing.get(spec.job_id))]
+        if new:
+            self._admit(len(new), token)
+            self.store.put_graph(graph.sha256, graph.to_json())
         jobs = []
         for spec in specs:
-            job, fresh = self.store.submit(spec, graph_name=graph.name, token=token)
-            if fresh:
-                self.executor.dispatch(job)
+            job, fresh = existing.get(spec.job_id), False
+            if _needs_run(job):
+                job, fresh = self.store.submit(spec, graph_name=graph.name, token=token)
+                if fresh:
+                    self.executor.dispatch(job)
+            assert job is not None
             self.metrics.submitted(spec.strategy, cached=not fresh)
             jobs.append(job)
         return jobs
 
-    def _admit(self, specs: Sequence[SolveSpec], token: str | None) -> None:
-        """Refuse when the new jobs would overfill the queue (503) or the token's share (429)."""
-        new = sum(1 for spec in specs if self._needs_run(spec.job_id))
-        if not new:
-            return
+    def _admit(self, new: int, token: str | None) -> None:
+        """Refuse when ``new`` more jobs would overfill the queue (503) or the token's share (429)."""
         retry = self.settings.retry_after_s
         queued = self.store.count(JobStatus.QUEUED)
         if queued + new > self.settings.max_queued_jobs:
@@ -134,12 +138,10 @@ class Service:
                                   f"limit is {self.settings.max_active_jobs_per_token}. Retry in {retry} s.",
                                   retry_after_s=retry)
 
-    def _needs_run(self, job_id: str) -> bool:
-        try:
-            job = self.store.get(job_id, with_result=False)
-        except JobNotFound:
-            return True
-        return job.status.terminal and not reusable(job)
+
+def _needs_run(job: Job | None) -> bool:
+    """True unless the job exists and is queued, running, or finished with a result that can be reused."""
+    return job is None or (job.status.terminal and not reusable(job))
 
 
 def _check_backend(strategy: Strategy, backend: str) -> None:
