@@ -87,12 +87,16 @@ def _read_options(options: Mapping[str, Any], graph: Graph) -> tuple[SolutionPat
 
 
 def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm: Baseline | None) -> Outcome:
-    """The path's outcome, or the baseline's plan (as a fallback) when the path found nothing as cheap that fits."""
+    """The path's outcome when its plan fits and is cheaper than the baseline or proved optimal; else the baseline.
+
+    The baseline then comes back as a fallback, with the path's bound (which may still prove it optimal).
+    """
     if warm is None:
         return outcome
     if outcome.schedule is not None:
         simulation = simulate(graph, plan_from_schedule(graph, outcome.schedule))
-        if simulation.peak_memory <= budget and simulation.cost <= warm.cost:
+        cheaper = simulation.cost < warm.cost * (1 - 1e-12) or (outcome.optimal and simulation.cost <= warm.cost)
+        if simulation.peak_memory <= budget and cheaper:
             return outcome
     if outcome.infeasible:
         outcome.log.append(f"the path claimed that nothing fits, but {warm.name} does: check the path")

@@ -7,6 +7,9 @@ out of everything it prints and of its relative gap, so the constant is added ba
 and the requested gap is also passed as an absolute gap of ``mip_gap * constant`` (a valid stopping
 rule when the constant is a lower bound of the objective, as for every Checkmate model). A stop
 request sends CBC SIGINT, on which it ends the search and writes its best solution for PuLP to read.
+
+CBC's integer preprocessing (CglPreProcess) is off: with it, CBC 2.10 declares a wrong solution
+optimal on small Checkmate models (cost 58 where 55.5 is optimal, see tests/solvers/test_backends.py).
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
         log_path.touch()
         solver = pulp.PULP_CBC_CMD(
             mip=is_mip, msg=False, timeLimit=limits.remaining_s(), gapRel=limits.mip_gap,
-            gapAbs=_absolute_gap(model, limits.mip_gap), threads=max(1, limits.threads),
-            warmStart=model.start is not None and is_mip, logPath=str(log_path),
+            gapAbs=model.absolute_gap(limits.mip_gap), threads=max(1, limits.threads),
+            warmStart=model.start is not None and is_mip, logPath=str(log_path), options=["preprocess off"],
         )
         follower = _LogFollower(log_path, model.objective_offset, on_progress)
         follower.start()
@@ -94,13 +97,6 @@ def _problem(model: MilpModel) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
         for x, value in zip(xs, model.start):
             x.setInitialValue(float(value))
     return problem, xs
-
-
-def _absolute_gap(model: MilpModel, mip_gap: float) -> float | None:
-    """``mip_gap * offset`` when the offset is a lower bound of the objective (costs and variables >= 0)."""
-    if model.objective_offset > 0 and np.all(model.objective >= 0) and np.all(model.lower >= 0):
-        return mip_gap * model.objective_offset
-    return None
 
 
 def _interrupt_children() -> None:
@@ -168,7 +164,7 @@ class _LogFollower(threading.Thread):
 def _result(problem: pulp.LpProblem, xs: list[pulp.LpVariable], model: MilpModel, follower: _LogFollower,
             mip_gap: float) -> BackendResult:
     log = [*follower.lines, f"CBC status {pulp.LpStatus[problem.status]}, solution {problem.sol_status}"]
-    if problem.sol_status in (pulp.LpSolutionInfeasible, pulp.LpSolutionUnbounded):
+    if problem.status == pulp.LpStatusInfeasible or problem.sol_status == pulp.LpSolutionInfeasible:
         return BackendResult(EngineStatus.INFEASIBLE, log=log)
     values = [x.varValue for x in xs]
     if problem.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or None in values:
@@ -177,7 +173,7 @@ def _result(problem: pulp.LpProblem, xs: list[pulp.LpVariable], model: MilpModel
     objective = model.objective_value(x)
     if problem.sol_status == pulp.LpSolutionOptimal:
         # CBC proved the objective within its gaps; that proof is a bound even where the log has none.
-        allowance = max(_absolute_gap(model, mip_gap) or 0.0, mip_gap * abs(objective - model.objective_offset))
+        allowance = max(model.absolute_gap(mip_gap) or 0.0, mip_gap * abs(objective - model.objective_offset))
         proved = objective - allowance if model.integer.any() else objective
         bound = max(proved, follower.bound) if follower.bound is not None else proved
         return BackendResult(EngineStatus.OPTIMAL, x, objective, min(bound, objective), log=log)

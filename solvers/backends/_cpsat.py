@@ -2,15 +2,17 @@
 
 CP-SAT works on integers only. Continuous variables are accepted when their bounds are integral
 (the Checkmate model's memory variables are: sizes are whole memory units), and every row must
-have integral coefficients and bounds. The objective is rounded down onto an integer grid of
-``unit`` = (largest cost) / 2**20, so the bound CP-SAT proves, times ``unit``, is still a valid
-lower bound; incumbents are re-evaluated with the exact objective. CP-SAT cannot solve an LP.
+have integral coefficients and bounds. The objective's coefficients are rounded down onto an integer
+grid (``unit``: the smallest coefficient when all are multiples of it, else 1/2**20 of the largest),
+and its constant is left out, so the bound CP-SAT proves, times ``unit``, plus the constant, is still
+a valid lower bound; the requested gap is passed as an absolute gap on that scale as well (see
+MilpModel.absolute_gap). Incumbents are re-evaluated with the exact objective. CP-SAT cannot solve an LP.
 """
 
 from __future__ import annotations
 
-import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,9 +51,8 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
         cp.add_linear_constraint(expr, int(max(lo, -_INT_LIMIT)), int(min(hi, _INT_LIMIT)))
     unit = _objective_unit(model.objective)
     weights = np.floor(model.objective / unit + 1e-9).astype(np.int64)
-    offset = math.floor(model.objective_offset / unit + 1e-9)
     terms = [(xs[j], int(w)) for j, w in enumerate(weights) if w]
-    cp.minimize(cp_model.LinearExpr.weighted_sum([x for x, _ in terms], [w for _, w in terms]) + offset)
+    cp.minimize(cp_model.LinearExpr.weighted_sum([x for x, _ in terms], [w for _, w in terms]))
     if model.start is not None:
         for x, value in zip(xs, model.start):
             cp.add_hint(x, int(round(value)))
@@ -60,6 +61,9 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
     solver.parameters.max_time_in_seconds = limits.remaining_s()
     solver.parameters.num_workers = max(1, limits.threads)
     solver.parameters.relative_gap_limit = limits.mip_gap
+    absolute_gap = model.absolute_gap(limits.mip_gap)
+    if absolute_gap is not None:
+        solver.parameters.absolute_gap_limit = absolute_gap / unit
     solver.parameters.log_search_progress = True
     started = time.monotonic()
     watch = model.watch if model.watch is not None else np.zeros(0, dtype=np.int64)
@@ -68,13 +72,16 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
         def on_solution_callback(self) -> None:
             x = np.array([self.value(v) for v in xs], dtype=np.float64)
             on_progress(SolverProgress(time.monotonic() - started, objective=model.objective_value(x),
-                                       bound=self.best_objective_bound * unit, watched=x[watch]))
+                                       bound=to_model(self.best_objective_bound), watched=x[watch]))
 
-    solver.best_bound_callback = lambda bound: on_progress(
-        SolverProgress(time.monotonic() - started, bound=bound * unit))
+    def to_model(bound: float) -> float:
+        return bound * unit + model.objective_offset
+
+    solver.best_bound_callback = lambda bound: on_progress(SolverProgress(time.monotonic() - started,
+                                                                          bound=to_model(bound)))
     with on_stop(limits, solver.stop_search):
         status = solver.solve(cp, Incumbents())
-    return _result(solver, status, xs, model, unit)
+    return _result(solver, status, xs, model, to_model)
 
 
 def _objective_unit(objective: np.ndarray) -> float:
@@ -94,7 +101,7 @@ def _check_integral(model: MilpModel) -> None:
         finite = a[np.isfinite(a)]
         return bool(np.all(finite == np.round(finite)))
 
-    if not model.integer.any():
+    if model.relaxation:
         raise BackendUnavailable("The cpsat backend cannot solve an LP relaxation; use highs, cbc, scip or gurobi.")
     if not (integral(model.row_value) and integral(model.row_lower) and integral(model.row_upper)
             and integral(model.lower) and integral(model.upper)):
@@ -102,11 +109,11 @@ def _check_integral(model: MilpModel) -> None:
 
 
 def _result(solver: cp_model.CpSolver, status: int, xs: list[cp_model.IntVar], model: MilpModel,
-            unit: float) -> BackendResult:
+            to_model: Callable[[float], float]) -> BackendResult:
     log = [f"CP-SAT status {solver.status_name(status)}"]
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         x = np.array([solver.value(v) for v in xs], dtype=np.float64)
-        bound = solver.best_objective_bound * unit
+        bound = to_model(solver.best_objective_bound)
         kind = EngineStatus.OPTIMAL if status == cp_model.OPTIMAL else EngineStatus.FEASIBLE
         return BackendResult(kind, x, model.objective_value(x), bound, log=log)
     if status == cp_model.INFEASIBLE:

@@ -21,7 +21,8 @@ class MilpModel:
 
     ``start`` is an optional complete feasible assignment handed to the engine as a MIP start;
     ``watch`` lists the variables whose values travel with every incumbent the engine reports,
-    so the caller can use an incumbent even if the engine is killed before it returns.
+    so the caller can use an incumbent even if the engine is killed before it returns;
+    ``relaxation`` marks an LP relaxation, whose continuous variables must stay continuous.
     """
 
     objective: np.ndarray
@@ -36,6 +37,7 @@ class MilpModel:
     row_upper: np.ndarray
     start: np.ndarray | None = None
     watch: np.ndarray | None = None
+    relaxation: bool = False
     name: str = "model"
 
     @property
@@ -67,6 +69,16 @@ class MilpModel:
     def objective_value(self, x: np.ndarray) -> float:
         return float(self.objective @ x + self.objective_offset)
 
+    def absolute_gap(self, mip_gap: float) -> float | None:
+        """An absolute gap that implies the relative ``mip_gap``, for engines that leave the constant out.
+
+        When every cost and every lower bound is >= 0, the constant is a lower bound of the objective,
+        so ``objective - bound <= mip_gap * constant`` implies ``<= mip_gap * objective``. None otherwise.
+        """
+        if self.objective_offset > 0 and np.all(self.objective >= 0) and np.all(self.lower >= 0):
+            return mip_gap * self.objective_offset
+        return None
+
     def violation(self, x: np.ndarray) -> float:
         """The largest amount by which ``x`` breaks a row, a bound or integrality (0 when feasible)."""
         act = self.activity(x)
@@ -81,7 +93,7 @@ class MilpModel:
 
     def relaxed(self) -> MilpModel:
         """The LP relaxation: the same model with every variable continuous."""
-        return replace(self, integer=np.zeros_like(self.integer), name=f"{self.name} (LP relaxation)")
+        return replace(self, integer=np.zeros_like(self.integer), relaxation=True, name=f"{self.name} (LP relaxation)")
 
     def with_start(self, start: np.ndarray | None) -> MilpModel:
         return replace(self, start=start)

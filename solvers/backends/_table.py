@@ -96,7 +96,7 @@ def choose_backend(name: str, model: MilpModel) -> Backend:
     Raises BackendUnavailable with the reason when the named engine is missing, cannot solve a
     continuous model, or is licensed for smaller models (Gurobi's pip licence).
     """
-    lp = not model.integer.any()
+    lp = model.relaxation
     if name == "auto":
         for candidate in AUTO_ORDER:
             b = BACKENDS[candidate]

@@ -1,0 +1,100 @@
+"""Exhaustive optima on tiny graphs, written independently of the solvers, for checking them.
+
+``stage_optimum`` searches every Checkmate schedule: every lower-triangular retention matrix S
+(S[t] holds nodes before t) with R the minimal recomputation closure, run with values freed as
+early as possible. Stage costs and peaks depend only on (S[t], S[t+1]), so the search is a dynamic
+program over stages that still visits every S[t] at every stage.
+
+``plan_optimum`` searches every plan of DESIGN.md's memory model whose first computations come in
+node order (recomputations anywhere, any number of times): a shortest path over states (resident
+set, number of nodes computed so far).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from itertools import combinations
+
+from remat.schedules import Graph
+
+
+def stage_optimum(graph: Graph, budget: int) -> float:
+    """The cheapest cost of a Checkmate schedule within ``budget``; math.inf if none fits."""
+    return stage_optima(graph, [budget])[0]
+
+
+def stage_optima(graph: Graph, budgets: list[int]) -> list[float]:
+    """:func:`stage_optimum` for several budgets, evaluating every stage transition once."""
+    n = graph.size
+    transitions = [
+        [(held, keep, *_stage(graph, t, held, keep))
+         for held in _subsets(range(t)) for keep in (_subsets(range(t + 1)) if t < n - 1 else [frozenset()])]
+        for t in range(n)
+    ]
+    optima = []
+    for budget in budgets:
+        best_from: dict[frozenset[int], float] = {frozenset(): 0.0}
+        for t in range(n - 1, -1, -1):
+            best_here: dict[frozenset[int], float] = {}
+            for held, keep, cost, peak in transitions[t]:
+                if peak <= budget and keep in best_from:
+                    best_here[held] = min(best_here.get(held, math.inf), cost + best_from[keep])
+            best_from = best_here
+        optima.append(best_from.get(frozenset(), math.inf))
+    return optima
+
+
+def plan_optimum(graph: Graph, budget: int) -> float:
+    """The cheapest plan within ``budget`` whose first computations follow node order; math.inf if none."""
+    n, mem, deps = graph.size, graph.memory.tolist(), graph.deps
+    done: set[tuple[int, int]] = set()
+    queue: list[tuple[float, int, int]] = [(0.0, 0, 0)]
+    while queue:
+        cost, resident, first = heapq.heappop(queue)
+        if (resident, first) in done:
+            continue
+        done.add((resident, first))
+        if first == n:
+            return cost
+        used = graph.fixed_memory + sum(mem[v] for v in range(n) if resident >> v & 1)
+        for v in range(first + 1):
+            if resident >> v & 1 or any(not resident >> u & 1 for u in deps[v]):
+                continue
+            if used + mem[v] <= budget:
+                heapq.heappush(queue, (cost + float(graph.cost[v]), resident | 1 << v, max(first, v + 1)))
+        for u in range(first):
+            if resident >> u & 1:
+                heapq.heappush(queue, (cost, resident & ~(1 << u), first))
+    return math.inf
+
+
+def _subsets(items: range) -> list[frozenset[int]]:
+    pool = list(items)
+    return [frozenset(c) for k in range(len(pool) + 1) for c in combinations(pool, k)]
+
+
+def _stage(graph: Graph, t: int, held: frozenset[int], keep: frozenset[int]) -> tuple[float, float]:
+    """Cost and peak of stage t that starts with ``held`` resident and ends with ``keep`` (inf if impossible)."""
+    deps, mem = graph.deps, graph.memory.tolist()
+    needed: set[int] = set()
+    todo = [t, *(keep - held)]
+    while todo:
+        v = todo.pop()
+        if v in needed:
+            continue
+        needed.add(v)
+        todo.extend(u for u in deps[v] if u not in held and u not in needed)
+    order = sorted(needed)
+    readers = {u: [v for v in order if u in deps[v]] for u in set(held) | needed}
+    resident = {u for u in held if readers[u] or u in keep}
+    peak = -math.inf
+    for v in order:
+        resident.add(v)
+        peak = max(peak, graph.fixed_memory + sum(mem[u] for u in resident))
+        for u in (*deps[v], v):
+            if u in resident and u not in keep and all(w <= v for w in readers[u]):
+                resident.discard(u)
+    if resident != set(keep):
+        return math.inf, math.inf
+    return float(sum(graph.cost[v] for v in order)), peak

@@ -1,0 +1,194 @@
+"""One conformance suite for every solver backend, subclassed per engine; plus the process machinery."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from exhaustive import stage_optima
+from factories import benchmark_graph, chain, graph_doc
+
+from remat.schedules import BackendUnavailable, Graph, InvalidRequest, UnknownStrategy
+from remat.solvers import ResultStatus, available_backends, solve
+from remat.solvers.backends import BACKENDS, Limits, choose_backend, get_backend, run_backend
+from remat.solvers._milp_model import build_checkmate_model
+
+SMALL_DAG = Graph.from_json(graph_doc([
+    {"id": "a", "deps": [], "cost": 3.5, "memory": 12},
+    {"id": "b", "deps": ["a"], "cost": 1.0, "memory": 19},
+    {"id": "c", "deps": ["a", "b"], "cost": 1.0, "memory": 30},
+    {"id": "d", "deps": ["a", "b"], "cost": 10.0, "memory": 25},
+    {"id": "e", "deps": ["b", "d"], "cost": 10.0, "memory": 50},
+    {"id": "f", "deps": ["c"], "cost": 3.5, "memory": 40},
+    {"id": "g", "deps": ["e"], "cost": 1.0, "memory": 13},
+], name="small-dag", fixed_memory=7))
+"""Seven nodes whose optimum changes seven times between the feasible minimum and checkpoint-all."""
+
+STAGE_INFEASIBLE = Graph.from_json(graph_doc([
+    {"id": "n0", "deps": [], "cost": 10.0, "memory": 31},
+    {"id": "n1", "deps": ["n0"], "cost": 0.0, "memory": 5},
+    {"id": "n2", "deps": ["n0"], "cost": 1.0, "memory": 34},
+    {"id": "n3", "deps": ["n1"], "cost": 2.0, "memory": 38},
+    {"id": "n4", "deps": ["n1", "n2"], "cost": 2.0, "memory": 7},
+], name="stage-infeasible", fixed_memory=9))
+"""min_feasible_budget is 74, yet nothing fits under 79: the engine must prove it."""
+
+
+def solver_children() -> list[int]:
+    """Live solver processes started by this test process."""
+    me, found = str(os.getpid()), []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == me \
+                    and b"backends._child" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+class BackendConformance:
+    """What every backend must do; a subclass names the backend."""
+
+    backend = ""
+
+    @pytest.fixture(autouse=True)
+    def _installed(self) -> None:
+        if not BACKENDS[self.backend].available():
+            pytest.skip(f"{self.backend} is not installed")
+
+    @pytest.mark.parametrize("budget, optimum", [(5, 22.0), (4, 26.0)])
+    def test_unit_chain_optima(self, budget: int, optimum: float) -> None:
+        result = solve(chain(8), budget=budget, strategy="checkmate", backend=self.backend)
+        assert result.status is ResultStatus.OPTIMAL, result.log
+        assert (result.cost, result.backend) == (optimum, self.backend)
+        assert result.lower_bound is not None and result.lower_bound == pytest.approx(optimum, rel=1e-4)
+
+    def test_small_dag_optima_equal_exhaustive_search(self) -> None:
+        budgets = [101, 113, 121]
+        for budget, optimum in zip(budgets, stage_optima(SMALL_DAG, budgets), strict=True):
+            assert optimum > SMALL_DAG.base_cost
+            result = solve(SMALL_DAG, budget=budget, strategy="checkmate", backend=self.backend,
+                           options={"warm_start": False})
+            assert result.status is ResultStatus.OPTIMAL, (budget, result.log)
+            assert result.cost == pytest.approx(optimum, rel=1e-9)
+            assert result.fits
+
+    def test_proves_infeasibility_above_the_feasible_minimum(self) -> None:
+        assert stage_optima(STAGE_INFEASIBLE, [78, 79])[0] == math.inf
+        result = solve(STAGE_INFEASIBLE, budget=78, strategy="checkmate", backend=self.backend)
+        assert result.status is ResultStatus.INFEASIBLE
+        assert result.plan is None
+
+    def test_the_lp_relaxation_bound_matches_highs(self) -> None:
+        if not BACKENDS[self.backend].lp:
+            with pytest.raises(InvalidRequest, match="Unknown backend"):
+                solve(chain(8), budget=5, strategy="checkmate-lp", backend=self.backend)
+            return
+        mine = solve(chain(8), budget=5, strategy="checkmate-lp", backend=self.backend)
+        reference = solve(chain(8), budget=5, strategy="checkmate-lp", backend="highs")
+        assert mine.lower_bound == pytest.approx(reference.lower_bound, rel=1e-6)
+        assert mine.lower_bound is not None and mine.lower_bound <= 22.0 + 1e-9
+
+
+class HardInstanceConformance(BackendConformance):
+    """Cancel and timeout on a model too big for Gurobi's pip licence (not run for gurobi)."""
+
+    def test_cancel_mid_solve_returns_the_best_plan_so_far_within_seconds(self) -> None:
+        g = benchmark_graph("rl100")
+        stop = threading.Event()
+        timer = threading.Timer(4.0, stop.set)
+        timer.start()
+        try:
+            result = solve(g, budget_ratio=0.9, strategy="checkmate", backend=self.backend, time_limit_s=300,
+                           stop_event=stop)
+        finally:
+            timer.cancel()
+        returned_after = time.monotonic()
+        assert result.status is ResultStatus.CANCELLED
+        assert result.plan is not None and result.fits
+        assert result.solve_time_s < 4.0 + 15.0
+        assert solver_children() == []
+        del returned_after
+
+    def test_timeout_returns_the_incumbent_or_the_fallback(self) -> None:
+        g = benchmark_graph("rl100")
+        result = solve(g, budget_ratio=0.9, strategy="checkmate", backend=self.backend, time_limit_s=5)
+        assert result.status in (ResultStatus.FEASIBLE, ResultStatus.OPTIMAL)
+        assert result.fits
+        assert result.solve_time_s < 5 + 15.0
+        assert solver_children() == []
+
+
+class TestHighs(HardInstanceConformance):
+    backend = "highs"
+
+
+class TestCbc(HardInstanceConformance):
+    backend = "cbc"
+
+
+class TestCpsat(HardInstanceConformance):
+    backend = "cpsat"
+
+
+class TestScip(HardInstanceConformance):
+    backend = "scip"
+
+
+class TestGurobi(BackendConformance):
+    backend = "gurobi"
+
+    def test_a_model_over_the_pip_licence_size_is_refused_with_a_clear_message(self) -> None:
+        if BACKENDS["gurobi"].size_limit() is None:
+            pytest.skip("a full Gurobi licence is installed")
+        model = build_checkmate_model(benchmark_graph("fcn8"), benchmark_graph("fcn8").checkpoint_all_peak)
+        with pytest.raises(BackendUnavailable, match=r"size-limited licence \(at most 2,000 variables"):
+            choose_backend("gurobi", model.milp)
+        with pytest.raises(BackendUnavailable, match="pip package's size-limited licence"):
+            run_backend(get_backend("gurobi"), model.milp, Limits(10, 1e-4, 1), lambda progress: None)
+        with pytest.raises(BackendUnavailable, match="2,000"):
+            solve(benchmark_graph("fcn8"), budget_ratio=0.9, strategy="checkmate", backend="gurobi")
+
+
+def test_auto_picks_an_installed_open_source_engine_and_never_the_size_limited_licence() -> None:
+    model = build_checkmate_model(chain(4), 6).milp
+    chosen = choose_backend("auto", model)
+    assert chosen.available() and chosen.size_limit() is None
+    assert chosen.name != "gurobi" or BACKENDS["gurobi"].size_limit() is None
+    assert choose_backend("auto", model.relaxed()).lp
+
+
+def test_unknown_backends_are_named_with_the_valid_ones() -> None:
+    with pytest.raises(UnknownStrategy, match="choose one of: auto, highs, cbc, cpsat, scip, gurobi"):
+        get_backend("glpk")
+    with pytest.raises(InvalidRequest, match="Unknown backend 'glpk'"):
+        solve(chain(3), budget_ratio=0.9, strategy="checkmate", backend="glpk")
+
+
+def test_listing_backends_imports_no_engine_and_solving_keeps_engines_out_of_the_caller() -> None:
+    script = (
+        "import json, sys\n"
+        "from remat.solvers import available_backends, solve\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from factories import chain\n"
+        "names = available_backends()\n"
+        "result = solve(chain(4), budget=6, strategy='checkmate', backend='highs')\n"
+        "engines = sorted(m for m in ('highspy', 'ortools', 'pulp', 'pyscipopt', 'gurobipy') if m in sys.modules)\n"
+        "print(json.dumps([list(names), result.status.value, engines]))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
+                         check=True)
+    names, status, engines = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "highs" in names and set(names) <= set(BACKENDS)
+    assert names == list(available_backends())
+    assert status == "optimal"
+    assert engines == []
