@@ -8,8 +8,10 @@ inputs, gradients left out) and the step time as a ratio to the unpatched step.
 
 On the CPU the peak is exact (:class:`remat.clients.torch.LiveBytes`, with Inductor's buffer
 allocator routed through it); on CUDA it is the allocator's peak above what was allocated before
-the step. Times are medians over rounds that run every variant once, in turn, so that load on
-the machine hits all variants alike (CUDA events on a GPU, the wall clock on the CPU).
+the step. Times are medians over rounds that run every variant once, in turn: CUDA events on a
+GPU; on the CPU, torch runs one intra-op thread and the step is timed by the CPU time the process
+spends, which the load of other processes on a shared machine does not inflate (the wall clock
+does, by several times). remat plans with costs measured the same way.
 
     python benchmarks/torch_client.py                          # all five models (long: compiles)
     python benchmarks/torch_client.py --models gpt --budgets 0.5 --compile-budgets 1.0,0.5
@@ -85,6 +87,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
     budgets = [float(b) for b in args.budgets.split(",") if b]
     compile_budgets = [float(b) for b in args.compile_budgets.split(",") if b]
     print(_header(device))
@@ -122,7 +126,7 @@ def _benchmark(name: str, device: torch.device, budgets: list[float], compile_bu
             variants.append(variant)
     for _ in range(args.rounds):
         for variant in variants:
-            variant.times.append(time_call(variant.run, device=device, repeats=1, warmup=0).median_s)
+            variant.times.append(time_call(variant.run, device=device, repeats=1, warmup=0, cpu_time=True).median_s)
     _table(name, variants, unpatched, budgets)
 
 

@@ -87,7 +87,8 @@ def measured_costs(joint: JointGraph, args: Sequence[torch.Tensor], profile: Dev
     """Seconds per producer, timed on the device of ``args`` (the profile is not used).
 
     Runs the whole joint graph once on real tensors, freeing each value after its last use (the
-    memory of an unpatched step), with the random state restored afterwards.
+    memory of an unpatched step), with the random state restored afterwards. On a CPU running
+    one intra-op thread, nodes are timed by CPU time, which other processes' load leaves alone.
     """
     devices = sorted({t.device for t in args if isinstance(t, torch.Tensor)}, key=str)
     device = devices[0] if devices else torch.device("cpu")
@@ -139,8 +140,8 @@ class _NodeTimer(fx.Interpreter):
             return super().run_node(n)
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         target: Callable[..., Any] = n.target  # type: ignore[assignment]
-        self.seconds[n.name] = time_call(lambda: target(*args, **kwargs), device=self.device,
-                                         repeats=self.repeats, warmup=self.warmup).median_s
+        self.seconds[n.name] = time_call(lambda: target(*args, **kwargs), device=self.device, repeats=self.repeats,
+                                         warmup=self.warmup, cpu_time=torch.get_num_threads() == 1).median_s
         return target(*args, **kwargs)
 
 

@@ -3,7 +3,8 @@
 On the CPU, :class:`LiveBytes` counts the bytes of every storage created while it is active and
 reads the total right after each op, the simulator's rule, so a plan's simulated peak can be
 checked to the byte. On CUDA, the allocator's peak is used (it adds rounding and workspaces).
-Times are medians of repeated runs: CUDA events on a GPU, the wall clock on the CPU.
+Times are medians of repeated runs: CUDA events on a GPU, the wall clock or the process's CPU
+time on the CPU.
 """
 
 from __future__ import annotations
@@ -137,11 +138,17 @@ class StepTime:
     runs: int
 
 
-def time_call(fn: Callable[[], Any], *, device: torch.device, repeats: int = 5, warmup: int = 1) -> StepTime:
-    """Time ``fn`` on ``device``: CUDA events on a GPU, the wall clock on the CPU; medians are robust to noise."""
+def time_call(fn: Callable[[], Any], *, device: torch.device, repeats: int = 5, warmup: int = 1,
+              cpu_time: bool = False) -> StepTime:
+    """Time ``fn`` on ``device``: CUDA events on a GPU, the wall clock on the CPU; medians are robust to noise.
+
+    With ``cpu_time`` the CPU is timed by the CPU time this process spends instead, which other
+    processes' load does not inflate: the right clock on a shared machine when torch runs one
+    intra-op thread (with several, it adds up every thread's time).
+    """
     for _ in range(warmup):
         fn()
-    samples = [_once(fn, device) for _ in range(repeats)]
+    samples = [_once(fn, device, cpu_time) for _ in range(repeats)]
     if len(samples) >= 4:
         q1, _, q3 = statistics.quantiles(samples, n=4)
     else:
@@ -149,7 +156,7 @@ def time_call(fn: Callable[[], Any], *, device: torch.device, repeats: int = 5, 
     return StepTime(statistics.median(samples), q1, q3, len(samples))
 
 
-def _once(fn: Callable[[], Any], device: torch.device) -> float:
+def _once(fn: Callable[[], Any], device: torch.device, cpu_time: bool) -> float:
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -157,6 +164,7 @@ def _once(fn: Callable[[], Any], device: torch.device) -> float:
         end.record()
         end.synchronize()
         return float(start.elapsed_time(end)) / 1e3
-    begin = time.perf_counter()
+    clock = time.process_time if cpu_time else time.perf_counter
+    begin = clock()
     fn()
-    return time.perf_counter() - begin
+    return clock() - begin
