@@ -246,17 +246,15 @@ class _Phase:
             carried.append(value)
             return placeholder
 
-        for name, value in self.current.items():
-            if isinstance(value, dict):
-                raise PlanRejected(f"{name!r} is carried twice; a plan has one forward and one backward.")
+        for name in self.current:
             val = self.nodes[name].meta.get("val")
             if not isinstance(val, (list, tuple)):
-                later_phase.current[name] = carry(value, f"saved_{name}")
+                later_phase.current[name] = carry(self._instance(name), f"saved_{name}")
                 continue
             elements: dict[int, fx.Node] = {}
             for k, element in enumerate(val):
                 if isinstance(element, torch.Tensor):
-                    item = self.graph.call_function(operator.getitem, (value, k))
+                    item = self.graph.call_function(operator.getitem, (self._instance(name), k))
                     item.meta = {"val": element}
                     elements[k] = carry(item, f"saved_{name}_{k}")
             later_phase.current[name] = elements

@@ -170,3 +170,13 @@ def test_cli_profile_writes_the_graph(tmp_path, capsys):
     assert graph.cost_unit == "seconds (flops, cpu)"
     assert main(["profile", f"{models}:nothing"]) == 2
     assert "no callable 'nothing'" in capsys.readouterr().err
+
+
+def test_a_graph_exported_earlier_is_reused_only_for_the_same_step():
+    model, inputs, loss_fn = _made("mlp")
+    graph = export_graph(model, inputs, loss_fn=loss_fn, device="h100")
+    rm = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn, graph=graph)
+    assert rm.graph.sha256 == graph.sha256 and rm.graph.cost_unit == "seconds (flops, h100)"
+    wider, wider_inputs, _ = MODELS["mlp"](width=96)
+    with pytest.raises(CaptureError, match="no longer exports the graph"):
+        rematerialize(wider, wider_inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn, graph=graph)
