@@ -96,6 +96,7 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
         result.status = ResultStatus.INFEASIBLE
     elif outcome.schedule is None:
         result.status = ResultStatus.CANCELLED if cancelled else ResultStatus.TIMEOUT
+        result.lower_bound = outcome.lower_bound
     else:
         result.schedule = outcome.schedule
         result.plan = plan_from_schedule(graph, outcome.schedule)

@@ -1,0 +1,75 @@
+"""checkmate-lp: the LP bound, the two rounding phases, and what comes back when no rounding fits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from exhaustive import stage_optima
+from factories import benchmark_graph, graph_doc, random_dags
+from hypothesis import given, settings
+
+from remat.schedules import Graph, InvalidRequest
+from remat.solvers import ResultStatus, solve
+from remat.solvers._lp_rounding import rounding_candidates
+
+# Plans fit from 124 bytes, but no schedule of Checkmate's form does below 134 (see test_checkmate.py).
+STAGE_FORM_GAP = Graph.from_json(graph_doc([
+    {"id": "n0", "deps": [], "cost": 10.0, "memory": 24},
+    {"id": "n1", "deps": ["n0"], "cost": 2.0, "memory": 42},
+    {"id": "n2", "deps": [], "cost": 1.0, "memory": 45},
+    {"id": "n3", "deps": ["n1", "n2"], "cost": 3.5, "memory": 10},
+    {"id": "n4", "deps": ["n0", "n1", "n2"], "cost": 0.0, "memory": 13},
+    {"id": "n5", "deps": ["n0", "n3", "n4"], "cost": 3.5, "memory": 49},
+]))
+
+
+@settings(max_examples=10, deadline=None)
+@given(g=random_dags(min_nodes=3, max_nodes=7))
+def test_the_lp_value_bounds_the_optimum_and_every_returned_plan_fits(g: Graph) -> None:
+    budget = (g.min_feasible_budget + g.checkpoint_all_peak) // 2
+    [optimum] = stage_optima(g, [budget])
+    result = solve(g, budget=budget, strategy="checkmate-lp", backend="highs")
+    if optimum == np.inf:
+        assert result.status in (ResultStatus.INFEASIBLE, ResultStatus.TIMEOUT)
+        return
+    assert result.lower_bound is not None and result.lower_bound <= optimum + 1e-9
+    if result.plan is not None:
+        assert result.fits and result.cost >= optimum - 1e-9
+
+
+def test_on_fcn8_the_rounding_lands_near_the_optimum_and_the_bound_under_it() -> None:
+    g = benchmark_graph("fcn8")
+    result = solve(g, budget_ratio=0.8, strategy="checkmate-lp", backend="highs")
+    assert result.status is ResultStatus.FEASIBLE and result.fits and result.fallback is None
+    optimum = 1.00136 * g.base_cost  # proved by the MILP (benchmarks/README.md)
+    assert result.lower_bound is not None and result.lower_bound <= optimum
+    assert result.cost < 1.01 * g.base_cost
+
+
+def test_the_bound_is_reported_even_when_no_rounding_and_no_baseline_fits() -> None:
+    result = solve(STAGE_FORM_GAP, budget=128, strategy="checkmate-lp", backend="highs")
+    assert result.status is ResultStatus.TIMEOUT
+    assert result.plan is None
+    assert result.lower_bound is not None and result.lower_bound >= STAGE_FORM_GAP.base_cost
+
+
+def test_thresholds_give_nested_sets_and_randomized_rounding_repeats_with_its_seed() -> None:
+    fractional = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.25, 0.75, 0.0]])
+    sweep = list(rounding_candidates(fractional, rounds=0, seed=0))
+    assert [int(s.sum()) for s in sweep] == [1, 2, 3]
+    assert all((a <= b).all() for a, b in zip(sweep, sweep[1:]))
+    first = list(rounding_candidates(fractional, rounds=20, seed=7))[3:]
+    again = list(rounding_candidates(fractional, rounds=20, seed=7))[3:]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert all(s[1, 0] and not s[0].any() for s in first)
+    assert len({s.tobytes() for s in first}) > 1
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"rounds": -1}, "'rounds' must be a whole number"),
+    ({"seed": 1.5}, "'seed' must be a whole number"),
+    ({"path": "milp"}, "Unknown option 'path' for checkmate-lp"),
+])
+def test_bad_options_are_refused(options: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        solve(STAGE_FORM_GAP, budget=134, strategy="checkmate-lp", options=options)
