@@ -32,8 +32,8 @@ def budgets_between(g: Graph) -> list[int]:
     return sorted({low, low + (high - low) // 4, (low + high) // 2})
 
 
-@settings(max_examples=12, deadline=None)
-@given(g=random_dags(max_nodes=7))
+@settings(max_examples=30, deadline=None)
+@given(g=random_dags(min_nodes=4, max_nodes=7))
 def test_the_milp_optimum_equals_an_exhaustive_search_over_every_checkmate_schedule(g: Graph) -> None:
     budgets = budgets_between(g)
     for budget, best in zip(budgets, stage_optima(g, budgets)):
