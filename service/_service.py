@@ -26,7 +26,7 @@ from ._sweeps import Sweep, new_sweep
 
 __all__ = ["Service"]
 
-WAIT_POLL_S = (0.02, 0.25)
+WAIT_POLL_S = (0.01, 0.1)
 """First and longest pause between two looks at a job someone waits for."""
 
 

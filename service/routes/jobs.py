@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
@@ -31,9 +31,10 @@ def list_jobs(service: ServiceDep, limit: Annotated[int, Query(ge=1, le=1000)] =
 
 
 @router.get("/{job_id}", operation_id="get_job", response_model=JobPublic, responses=PROBLEM_RESPONSES)
-def get_job(job: JobDep) -> JobPublic:
+async def get_job(job_id: Annotated[str, Path(max_length=200)], service: ServiceDep) -> JSONResponse:
     """Status, progress (elapsed, incumbent cost, lower bound, gap) and, once done, the result."""
-    return JobPublic.of(job)
+    job = await run_in_threadpool(service.store.get, job_id)
+    return JSONResponse(JobPublic.of(job).model_dump(mode="json"))
 
 
 @router.post("/{job_id}/cancel", operation_id="cancel_job", response_model=JobPublic,
