@@ -103,7 +103,7 @@ class PlanStats:
     efficiency: float
     """activation peak / arena size (1.0: no byte lost to fragmentation)."""
     top: tuple[tuple[str, int, float], ...]
-    """The most recomputed nodes: (id, extra computes, extra cost), costliest first."""
+    """The most recomputed nodes: (id, extra computes, extra cost), by extra cost, then extra computes."""
 
 
 def plan_stats(graph: Graph, plan: Plan, sim: Simulation) -> PlanStats:
@@ -111,7 +111,7 @@ def plan_stats(graph: Graph, plan: Plan, sim: Simulation) -> PlanStats:
     layout = layout_plan(graph, plan)
     extra = sim.compute_counts - 1
     extra_cost = extra * graph.cost
-    order = [v for v in np.argsort(-extra_cost, kind="stable") if extra[v] > 0][:TOP_NODES]
+    order = sorted(np.flatnonzero(extra > 0).tolist(), key=lambda v: (-extra_cost[v], -extra[v]))[:TOP_NODES]
     return PlanStats(
         steps=len(plan), computes=int(sim.compute_counts.sum()), recomputations=sim.recomputations,
         recomputed_nodes=int((extra > 0).sum()), peak_memory=sim.peak_memory, peak_step=sim.peak_step,

@@ -148,6 +148,7 @@ def sweep_figure(view: SweepView) -> dict[str, Any]:
                          "yanchor": "bottom", "font": {"size": 11, "color": "#666"}} for x, text in marks],
     }
     _clip_overheads(traces, layout)
+    _stack(traces)
     return {"data": traces, "layout": layout}
 
 
@@ -163,9 +164,20 @@ def _clip_overheads(traces: list[dict[str, Any]], layout: dict[str, Any]) -> Non
     layout["yaxis"]["range"] = [low - pad, high + pad]
     above = [f"{t['name']} ({min(t['y']):.2f})" for t in traces if t["y"] and min(t["y"]) > high]
     if above:
-        layout["annotations"].append({"x": 1, "y": 1, "xref": "paper", "yref": "paper", "xanchor": "right",
-                                      "yanchor": "top", "showarrow": False, "font": {"size": 11, "color": "#666"},
-                                      "text": f"above the frame: {', '.join(above)}; zoom out to see"})
+        layout["annotations"].append({"x": 1.02, "y": 0, "xref": "paper", "yref": "paper", "xanchor": "left",
+                                      "yanchor": "bottom", "align": "left", "showarrow": False,
+                                      "font": {"size": 11, "color": "#666"},
+                                      "text": "<br>".join(["above the frame:", *above, "(zoom out to see)"])})
+
+
+def _stack(traces: list[dict[str, Any]]) -> None:
+    """Draw lower curves over higher ones (``zorder``), so the best strategies stay visible where curves meet;
+    the legend keeps the traces' order."""
+    def mean(t: dict[str, Any]) -> float:
+        return sum(t["y"]) / len(t["y"]) if t["y"] else math.inf
+
+    for rank, t in enumerate(sorted(traces, key=mean, reverse=True)):
+        t["zorder"] = rank
 
 
 def _strategy_trace(view: SweepView, strategy: str, right: int, scale: int) -> dict[str, Any]:
@@ -238,7 +250,8 @@ def sweep_table(view: SweepView) -> list[TableRow]:
         fitting = [c.point[1] for c in cells if c is not None and c.fits and c.point is not None]
         best = min(fitting, default=None)
         rows.append(TableRow(
-            budget=budget, label=format_size(budget), ratio=budget / view.checkpoint_all_peak,
+            budget=budget, label=format_size(budget),
+            ratio=budget / view.checkpoint_all_peak if view.checkpoint_all_peak else 1.0,
             natural=tuple(s for s in view.strategies if view.natural.get(s) == budget),
             cells=tuple(_table_cell(c, best) for c in cells)))
     return rows

@@ -12,7 +12,7 @@ from playwright.sync_api import Browser
 from processes import Processes, Server, wait_until
 
 from remat.clients.http import Client
-from remat.solvers import STRATEGIES, sweep_budgets
+from remat.solvers import STRATEGIES, plan_sweep, sweep_budgets
 
 pytestmark = pytest.mark.browser
 
@@ -22,15 +22,8 @@ TOKEN = "browser-test-token-0123456789"
 def heuristics_for(graph_name: str) -> list[str]:
     """The strategies without a solver backend that apply to a paper graph (quick enough for a test)."""
     graph = benchmark_graph(graph_name)
-    names = []
-    for name, strategy in STRATEGIES.items():
-        try:
-            strategy.check(graph)
-        except Exception:
-            continue
-        if not strategy.backends:
-            names.append(name)
-    return names
+    applicable = plan_sweep(graph, budgets=[graph.checkpoint_all_peak]).strategies
+    return [name for name in applicable if not STRATEGIES[name].backends]
 
 
 @pytest.fixture(scope="module")

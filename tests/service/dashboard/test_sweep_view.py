@@ -84,6 +84,7 @@ def test_far_higher_overheads_leave_the_frame_and_are_named():
     low, high = fig["layout"]["yaxis"]["range"]
     assert low < 1.0 and 1.2 < high < 2.0
     assert "last (11.00)" in fig["layout"]["annotations"][-1]["text"]
+    assert [t["zorder"] for t in fig["data"]] == [1, 0], "the lower curve is drawn on top"
     assert "range" not in sweep_figure(view(cells[:2]))["layout"]["yaxis"]
 
 
@@ -119,3 +120,10 @@ def test_real_results_of_a_paper_graph():
     assert every["y"][0] == 1.0 and every["x"][0] == graph.checkpoint_all_peak / 2**30
     assert sqrtn["y"][0] > 1.0 and sqrtn["x"][0] * 2**30 <= graph.min_feasible_budget
     assert sweep_table(v)[0].cells[0].text == "over budget"
+
+
+def test_a_graph_that_needs_no_memory_still_draws():
+    cells = [SweepCell("a", 0, "succeeded", result("a", 0, 0, 1.0))]
+    v = view(cells, min_feasible_budget=0, checkpoint_all_peak=0)
+    assert sweep_table(v)[0].ratio == 1.0 and sweep_table(v)[0].cells[0].text == "1.000"
+    assert sweep_figure(v)["data"][0]["x"] == [0.0]
