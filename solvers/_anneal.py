@@ -97,7 +97,17 @@ def anneal(graph: Graph, budget: int, ctx: SolveContext, start: Schedule | None 
     5
     """
     annealer = Annealer(graph, budget, seed=seed, start=start)
-    annealer.run(ctx, moves=moves)
+    last = -math.inf
+
+    def report(cost: float, extras: list[tuple[int, int]]) -> None:
+        nonlocal last
+        if annealer.first_at_s == annealer.best_at_s or time.monotonic() >= last + _REPORT_EVERY_S:
+            ctx.report(incumbent_cost=cost, message="anneal: new best")
+            last = time.monotonic()
+
+    annealer.run(ctx, moves=moves, on_best=report)
+    if annealer.best_cost is not None:
+        ctx.report(incumbent_cost=annealer.best_cost)
     return annealer.outcome()
 
 
@@ -161,28 +171,21 @@ class Annealer:
     # -- the search -------------------------------------------------------------------------------
 
     def run(self, ctx: SolveContext, *, moves: int | None = None,
-            on_best: Callable[[float, list[tuple[int, int]]], None] | None = None) -> None:
+            on_best: Callable[[float, list[tuple[int, int]]], None] | None = None,
+            every: Callable[[Annealer], bool] | None = None) -> None:
         """Descend to the budget, then anneal until ``ctx.stopped()`` (or ``moves`` moves).
 
         ``on_best(cost, extras)`` is called for each new best state that fits (cost including the
-        base cost; ``extras`` the (node, stage) extra computations); progress goes to
-        ``ctx.report`` at most every half second.
+        base cost; ``extras`` its (node, stage) extra computations). ``every(self)``, called
+        between moves every so often, may :meth:`adopt` another state, and ends the run by
+        returning True.
         """
         started = time.monotonic()
         horizon = max(ctx.remaining_s(), 1e-3)
-        reported = math.inf
-        last_report = -math.inf
 
         def improved() -> None:
-            nonlocal reported, last_report
-            if not self._remember(time.monotonic() - started):
-                return
-            if on_best is not None:
-                on_best(self.graph.base_cost + self.best_extra, list(self.best or ()))
-            elapsed = time.monotonic() - started
-            if reported == math.inf or elapsed >= last_report + _REPORT_EVERY_S:
-                ctx.report(incumbent_cost=self.graph.base_cost + self.best_extra, message="anneal: new best")
-                reported, last_report = self.best_extra, elapsed
+            if self._remember(time.monotonic() - started) and on_best is not None:
+                on_best(self.graph.base_cost + self.best_extra, list(self.extras))
 
         self._descend(ctx)
         improved()
@@ -191,7 +194,7 @@ class Annealer:
         while True:
             self.moves += 1
             if self.moves % _CHECK_EVERY == 0:
-                if ctx.stopped() or (moves is not None and self.moves >= moves):
+                if ctx.stopped() or (moves is not None and self.moves >= moves) or (every and every(self)):
                     break
                 progress = self.moves / moves if moves else (time.monotonic() - started) / horizon
                 temperature = self.temperature0 * COOLING ** min(progress, 1.0)
@@ -205,8 +208,13 @@ class Annealer:
             elif self.moves % 50 == 0:
                 over_streak = 0
                 self.weight /= 1.01
-        if self.best is not None and self.best_extra < reported:
-            ctx.report(incumbent_cost=self.graph.base_cost + self.best_extra, message="anneal: best")
+
+    def adopt(self, extras: list[tuple[int, int]]) -> None:
+        """Move to the state with these extra computations (found by another run)."""
+        wanted, current = set(extras), set(self.extras)
+        self._remove(sorted(current - wanted))
+        self._add(sorted(wanted - current))
+        self.excess = self._excess()
 
     def _step(self, temperature: float) -> bool:
         """One move, kept or undone by the Metropolis rule; True when it was kept."""

@@ -14,7 +14,8 @@ and so comes last: a path for large graphs (a compact model, local search) plugs
 :class:`SolutionPath` before it, with ``fits`` true for the graphs it is meant for. A path's
 ``run(graph, budget, ctx, warm)`` receives the best baseline (or None) to start from, must stop
 when ``ctx.stopped()``, reports progress through ``ctx.report``, and returns an Outcome whose
-``optimal``, ``infeasible`` and ``lower_bound`` are proofs, never guesses.
+``optimal``, ``infeasible`` and ``lower_bound`` are proofs, never guesses. A path with
+``baselines_first=False`` (``anneal``) skips step 1 and runs the baselines itself, in parallel.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from typing import Any
 
 from remat.schedules import Graph, InvalidRequest, plan_from_schedule, simulate
 
+from ._anneal_milp import MILP_NODES, anneal_then_milp
 from ._context import Outcome, SolveContext
 from ._fallback import Baseline, best_baseline
 from ._milp_solve import solve_milp
+from ._portfolio import portfolio
 
 __all__ = ["OPTIONS", "PATHS", "SolutionPath", "checkmate"]
 
@@ -40,11 +43,19 @@ class SolutionPath:
     summary: str
     run: Callable[[Graph, int, SolveContext, Baseline | None], Outcome]
     fits: Callable[[Graph], bool] = lambda graph: True
+    baselines_first: bool = True
+    """False for a path that runs the baselines itself, alongside its search (so that they do not
+    delay its first plan), and never returns a plan worse than theirs; it then gets no warm start."""
 
 
 PATHS: dict[str, SolutionPath] = {
     p.name: p
     for p in (
+        SolutionPath("anneal", "Annealing chains raced with the baselines and a lower bound (graphs over "
+                     f"{MILP_NODES} nodes).", portfolio, fits=lambda graph: graph.size > MILP_NODES,
+                     baselines_first=False),
+        SolutionPath("anneal-milp", "A short anneal from the best baseline, then the full MILP warm-started "
+                     "from it.", anneal_then_milp, fits=lambda graph: graph.size <= MILP_NODES),
         SolutionPath("milp", "The full MILP of the Checkmate paper (R, S, U, Free) on a MILP engine.", solve_milp),
     )
 }
@@ -59,7 +70,7 @@ OPTIONS: Mapping[str, str] = {
 def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """Solve to optimality (or as far as the time limit allows), never returning worse than the best baseline."""
     path, warm_start = _read_options(ctx.options, graph)
-    warm = best_baseline(graph, budget, ctx)
+    warm = best_baseline(graph, budget, ctx) if path.baselines_first else None
     if warm is not None:
         ctx.report(incumbent_cost=warm.cost, message=f"best baseline: {warm.name}, cost {warm.cost:g}")
     outcome = Outcome(None)

@@ -1,0 +1,76 @@
+"""The ``anneal-milp`` path of the checkmate strategy: a short anneal, then the exact MILP from it.
+
+On graphs small enough for the Checkmate MILP to be proved, the engine still needs a good
+incumbent to prune with, and the baselines are poor ones. A few seconds of annealing (from the
+best baseline) usually find the optimum or come close; the MILP, warm-started from that plan,
+then proves it or improves on it. Whatever the engine finds, the plan returned is never worse
+than the anneal's, and progress never reports an incumbent worse than the one already found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from remat.schedules import Graph, plan_from_schedule, simulate
+
+from ._anneal import anneal
+from ._context import Outcome, Progress, SolveContext
+from ._fallback import Baseline
+from ._milp_solve import solve_milp
+
+__all__ = ["ANNEAL_MAX_S", "ANNEAL_SHARE", "MILP_NODES", "MOVES_PER_NODE", "anneal_then_milp"]
+
+MILP_NODES = 100
+"""Largest graph (in nodes) that checkmate hands to this path by default; larger ones go to ``anneal``."""
+
+ANNEAL_SHARE = 0.2
+"""Share of the time left that the anneal may use before the MILP starts."""
+
+ANNEAL_MAX_S = 10.0
+"""Most seconds the anneal may use."""
+
+MOVES_PER_NODE = 200
+"""Moves the anneal makes per node of the graph (it stops earlier when its time share runs out)."""
+
+
+def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | None) -> Outcome:
+    """Anneal from ``warm`` for a share of the time, then solve the MILP warm-started from the better plan."""
+    share = min(ANNEAL_MAX_S, ANNEAL_SHARE * ctx.remaining_s())
+    annealed = anneal(graph, budget, dataclasses.replace(ctx, time_limit_s=ctx.elapsed_s() + share),
+                      start=warm.schedule if warm is not None else None, moves=MOVES_PER_NODE * graph.size)
+    start = warm
+    if annealed.schedule is not None:
+        simulation = simulate(graph, plan_from_schedule(graph, annealed.schedule))
+        if simulation.peak_memory <= budget and (warm is None or simulation.cost < warm.cost):
+            start = Baseline("anneal", annealed.schedule, simulation)
+    ctx.log.extend(annealed.log)
+    if ctx.stopped():
+        return Outcome(start.schedule if start is not None else None)
+    exact = solve_milp(graph, budget, _never_worse(ctx, start), start)
+    if start is None or start.name != "anneal" or exact.infeasible:
+        return exact
+    if exact.schedule is not None:
+        found = simulate(graph, plan_from_schedule(graph, exact.schedule))
+        if found.peak_memory <= budget and found.cost <= start.cost:
+            return exact
+    bound = exact.lower_bound
+    optimal = bound is not None and start.cost - bound <= (ctx.mip_gap + 1e-9) * start.cost
+    return Outcome(start.schedule, optimal=optimal, lower_bound=bound, backend=exact.backend,
+                   log=[*exact.log, f"the MILP found nothing cheaper than the anneal's plan (cost {start.cost:g})"])
+
+
+def _never_worse(ctx: SolveContext, start: Baseline | None) -> SolveContext:
+    """``ctx`` whose progress reports never show an incumbent worse than ``start``."""
+    sink = ctx.on_progress
+    if start is None or sink is None:
+        return ctx
+
+    def report(progress: Progress) -> None:
+        cost = progress.incumbent_cost
+        if cost is None or cost > start.cost:
+            bound = progress.lower_bound
+            gap = None if bound is None or start.cost <= 0 else max(0.0, (start.cost - bound) / start.cost)
+            progress = dataclasses.replace(progress, incumbent_cost=start.cost, gap=gap)
+        sink(progress)
+
+    return dataclasses.replace(ctx, on_progress=report)

@@ -1,0 +1,212 @@
+"""The ``anneal`` path of the checkmate strategy: annealing chains, the baselines and a lower bound, raced.
+
+The solve process runs one annealing chain (its greedy descent gives the first plan within a
+second or so). Helper processes, one per further thread (at least one), run in parallel:
+
+- the first runs the baselines (the best becomes the fallback, and the start of any chain that has
+  found nothing that fits yet), then the lower bound of :mod:`._bound` (LP, then MIP while time
+  allows; highspy stays out of the solve process), then a chain of its own;
+- the others run chains with other seeds.
+
+Every new best, from any process, is reported at once (at most every half second after the first);
+when a proved bound meets the best cost within ``ctx.mip_gap`` everything stops with a proof. The
+outcome is the cheapest plan that fits: a chain's, or a baseline's (as the fallback).
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO
+
+from remat.schedules import Graph, Schedule
+
+from ._anneal import Annealer, timeline_from_schedule
+from ._context import Outcome, SolveContext
+from ._fallback import Baseline
+from ._timeline import Timeline
+from .backends._process import read_frame, write_frame
+
+__all__ = ["portfolio"]
+
+_REPORT_EVERY_S = 0.5
+"""Least seconds between two progress reports of a new best (the first is reported at once)."""
+
+_GRACE_S = 2.0
+"""Seconds a helper gets to finish after a stop before it is killed."""
+
+
+def portfolio(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | None) -> Outcome:
+    """Race annealing chains, the baselines (unless ``warm`` is given) and the lower bound; keep the best."""
+    pool = _Pool(graph, budget, ctx)
+    if warm is not None:
+        pool.offer_baseline(warm.name, warm.schedule, warm.cost)
+    skip_baselines = warm is not None or ctx.options.get("warm_start", True) is False
+    first = ("bound",) if skip_baselines else ("baselines", "bound")
+    helpers = [
+        _Helper(graph, budget, pool, seed=k + 1, time_limit_s=ctx.remaining_s(),
+                tasks=(*first, "anneal") if k == 0 else ("anneal",))
+        for k in range(ctx.threads - 1)
+    ] or [_Helper(graph, budget, pool, seed=1, time_limit_s=ctx.remaining_s(), tasks=first)]
+    try:
+        annealer = Annealer(graph, budget, seed=0)
+        annealer.run(ctx, on_best=lambda cost, extras: pool.offer(cost, extras, "anneal"), every=pool.tend)
+    finally:
+        for helper in helpers:
+            helper.stop()
+        for helper in helpers:
+            helper.join()
+    pool.flush()
+    return pool.outcome()
+
+
+@dataclass
+class _Pool:
+    """The best plan and the best bound from every process; thread-safe; reports to the context."""
+
+    graph: Graph
+    budget: int
+    ctx: SolveContext
+    cost: float = math.inf
+    extras: list[tuple[int, int]] | None = None
+    source: str = ""
+    baseline: tuple[str, Schedule, float] | None = None
+    bound: float | None = None
+    log: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _reported_at: float = -math.inf
+    _pending: bool = False
+
+    def offer(self, cost: float, extras: list[tuple[int, int]], source: str) -> None:
+        with self._lock:
+            if cost < self.cost:
+                self.cost, self.extras, self.source = cost, extras, source
+                self._report(force=False)
+
+    def offer_baseline(self, name: str, schedule: Schedule, cost: float) -> None:
+        """A baseline's plan: the fallback, and (as extra computations) a start for chains that have none."""
+        tl = timeline_from_schedule(self.graph, schedule)
+        extras = [(v, t) for v, stages in enumerate(tl.stages) for t in stages[1:]]
+        with self._lock:
+            self.log.append(f"best baseline: {name}, cost {cost:g}")
+            if cost < self.cost:
+                self.baseline = (name, schedule, cost)
+                self.cost, self.extras, self.source = cost, extras, name
+                self._report(force=False)
+
+    def offer_bound(self, bound: float, how: str) -> None:
+        with self._lock:
+            self.log.append(f"lower bound ({how}): {bound:.6g}")
+            if self.bound is None or bound > self.bound:
+                self.bound = bound
+                self._report(force=True)
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self.log.append(line)
+
+    def proved(self) -> bool:
+        """True when the bound shows the best cost is optimal within the context's gap."""
+        return self.bound is not None and self.cost - self.bound <= self.ctx.mip_gap * self.cost + 1e-9
+
+    def tend(self, annealer: Annealer) -> bool:
+        """Between moves: hand a plan to a chain that has none, flush a held report; True to stop."""
+        with self._lock:
+            if annealer.best is None and self.extras is not None:
+                annealer.adopt(self.extras)
+            if self._pending:
+                self._report(force=False)
+        return self.proved()
+
+    def flush(self) -> None:
+        """Report the best plan and bound if the last report did not show them."""
+        with self._lock:
+            if self._pending:
+                self._report(force=True)
+
+    def _report(self, *, force: bool) -> None:
+        now = time.monotonic()
+        first = self._reported_at == -math.inf
+        if not (force or first or now >= self._reported_at + _REPORT_EVERY_S):
+            self._pending = True
+            return
+        self._pending = False
+        self._reported_at = now
+        cost = self.cost if self.cost < math.inf else None
+        self.ctx.report(incumbent_cost=cost, lower_bound=self.bound)
+
+    def outcome(self) -> Outcome:
+        """The best plan: a chain's, or the baseline's as the fallback; with the bound and, if proved, optimal."""
+        log = [*self.log, f"best plan from {self.source or 'nothing'}"]
+        bound = self.bound
+        if self.extras is None:
+            return Outcome(None, lower_bound=bound, log=log)
+        if self.baseline is not None and self.source == self.baseline[0]:
+            name, schedule, _ = self.baseline
+            outcome = Outcome(schedule, lower_bound=bound, fallback=name, log=log)
+        else:
+            tl = Timeline(self.graph)
+            for v, t in self.extras:
+                tl.add(v, t)
+            outcome = Outcome(tl.schedule(), lower_bound=bound, log=log)
+        outcome.optimal = self.proved()
+        return outcome
+
+
+class _Helper:
+    """A helper process (:mod:`._portfolio_worker`) and the thread that reads what it sends."""
+
+    def __init__(self, graph: Graph, budget: int, pool: _Pool, *, seed: int, time_limit_s: float,
+                 tasks: tuple[str, ...]) -> None:
+        self.pool, self.seed = pool, seed
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "remat.solvers._portfolio_worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
+        self.reader.start()
+        try:
+            write_frame(self.process.stdin, (graph.to_json(), budget, seed, time_limit_s, tasks))
+        except (BrokenPipeError, OSError):
+            pool.note(f"helper {seed} did not start")
+
+    def stop(self) -> None:
+        try:
+            write_frame(self.process.stdin, ("stop",))  # type: ignore[arg-type]
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def join(self) -> None:
+        try:
+            self.process.wait(_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.reader.join(_GRACE_S)
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        pool = self.pool
+        try:
+            while True:
+                message = read_frame(stream)
+                kind = message[0]
+                if kind == "best":
+                    pool.offer(message[1], message[2], f"anneal (helper {self.seed})")
+                elif kind == "baseline":
+                    _, name, R, S, cost = message
+                    pool.offer_baseline(name, Schedule(R, S), cost)
+                elif kind == "bound":
+                    pool.offer_bound(message[1], message[2])
+                elif kind == "log":
+                    pool.note(message[1])
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError):
+            pass
