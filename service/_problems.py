@@ -8,9 +8,11 @@ unexpected is a 500 whose details stay in the server log.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi import HTTPException as FastAPIHTTPException
 from fastapi.exceptions import RequestValidationError
@@ -34,7 +36,7 @@ from remat.schedules import (
 
 from ._errors import QueueFull, TooManyJobs, Unauthorized
 
-__all__ = ["PROBLEM_RESPONSES", "BodyLimit", "install_problem_handlers", "problem"]
+__all__ = ["PROBLEM_RESPONSES", "STORE_UNREACHABLE", "BodyLimit", "install_problem_handlers", "problem"]
 
 log = logging.getLogger("remat.service")
 
@@ -58,6 +60,8 @@ _TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Meth
            413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
            500: "Internal Server Error", 503: "Service Unavailable"}
 _ATTRIBUTES = ("node", "field", "step", "stage", "job_id")
+STORE_UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, sqlite3.OperationalError)
+"""Errors of a job store that is down or locked: 503 with Retry-After, not a 500."""
 
 _PROBLEM_SCHEMA = {
     "type": "object",
@@ -122,6 +126,8 @@ class BodyLimit:
 
 def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RematError, _remat_error)
+    for unreachable in STORE_UNREACHABLE:
+        app.add_exception_handler(unreachable, _store_unreachable)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
@@ -187,6 +193,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else _TITLES.get(exc.status_code, "Error")
     return problem(exc.status_code, detail, instance=request.url.path, headers=exc.headers)
+
+
+async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:
+    log.error("job store unreachable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+    return problem(503, "The job store cannot be reached or is busy; retry shortly.", kind="store-unreachable",
+                   instance=request.url.path, headers={"Retry-After": "5"})
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -32,3 +32,17 @@ def test_openapi_documents_every_endpoint(client: TestClient):
                  "/v1/strategies", "/v1/sweeps", "/v1/sweeps/{sweep_id}", "/healthz", "/readyz", "/metrics"):
         assert path in paths
     assert client.get("/docs").status_code == 200
+
+
+def test_an_unreachable_store_makes_the_service_unready_and_answers_503(settings):
+    from remat.service import Settings, create_app
+
+    down = Settings.model_validate({**settings.model_dump(), "queue_url": "redis://127.0.0.1:1/0"})
+    with TestClient(create_app(down), raise_server_exceptions=False) as c:
+        assert c.get("/healthz").status_code == 200
+        ready = c.get("/readyz")
+        assert ready.status_code == 503 and ready.headers["content-type"] == "application/problem+json"
+        r = c.post("/v1/solve", json={"graph": {"format": "remat.graph/v1", "nodes": [
+            {"id": "a", "deps": [], "cost": 1, "memory": 1}]}, "budget": 10, "strategy": "checkpoint-all"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert r.json()["type"] == "urn:remat:problem:store-unreachable"
