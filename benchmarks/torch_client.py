@@ -222,7 +222,7 @@ def _inductor_buffers_counted() -> Iterator[None]:
     try:
         yield
     finally:
-        for m, original in zip(patched, saved):
+        for m, original in zip(patched, saved, strict=True):
             m.empty_strided_cpu = original
 
 

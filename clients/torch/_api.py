@@ -124,16 +124,15 @@ def rematerialize(model: nn.Module, example_inputs: Sequence[torch.Tensor], budg
         No plan fits, or the plan received does not simulate within the budget.
     """
     inputs = _tensors(example_inputs)
-    if isinstance(budget, str):
-        budget = parse_size(budget)
+    budget_bytes = parse_size(budget) if budget is not None else None
     with capture(model, inputs, loss_fn=loss_fn) as cap:
         graph = _graph(cap, inputs, cost_model=cost_model, device=device) if graph is None else _same(cap, graph)
         if result is None:
-            result = _solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy, server=server,
+            result = _solve(graph, budget=budget_bytes, budget_ratio=budget_ratio, strategy=strategy, server=server,
                             options=solve_options)
-        elif budget is None and budget_ratio is None:
-            budget = int(result.get("budget") or 0)
-        requested = resolve_budget(graph, budget=budget, budget_ratio=budget_ratio)
+        elif budget_bytes is None and budget_ratio is None:
+            budget_bytes = int(result.get("budget") or 0)
+        requested = resolve_budget(graph, budget=budget_bytes, budget_ratio=budget_ratio)
         plan, simulation = check_result(graph, result, budget=requested)
         compiled = cap.compile(partition_fn(cap.joint, graph, plan), boxed_compiler)
         return RematModule(cap, compiled, graph, result, plan, simulation, inputs)
@@ -225,7 +224,7 @@ def _signature(args: Sequence[Any]) -> list[tuple[Any, ...]]:
 def _mismatch(expected: list[tuple[Any, ...]], got: list[tuple[Any, ...]], n_state: int) -> str:
     if len(expected) != len(got):
         return f"The plan was made for {len(expected) - n_state} inputs; got {len(got) - n_state}."
-    k = next(i for i, (a, b) in enumerate(zip(expected, got)) if a != b)
+    k = next(i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
     what = f"input {k - n_state}" if k >= n_state else "a parameter or buffer"
     return (f"The plan was made for {what} of shape, dtype and device {expected[k]}, got {got[k]}; "
             f"call rematerialize again for the new shapes.")

@@ -164,7 +164,8 @@ def describe(gm: fx.GraphModule, *, name: str) -> JointGraph:
     out_descs: list[Any] = list(output.meta.get("desc") or [None] * len(outputs))
     tangents = [n for n in placeholders if isinstance(n.meta.get("desc"), desc.TangentAOTInput)]
     primals = [n for n in placeholders if n not in tangents]
-    num_fwd = sum(1 for o, d in zip(outputs, out_descs) if o is not None and not isinstance(d, desc.GradAOTOutput))
+    num_fwd = sum(1 for o, d in zip(outputs, out_descs, strict=True)
+                  if o is not None and not isinstance(d, desc.GradAOTOutput))
     _check_loss(outputs, out_descs, tangents, num_fwd)
 
     mutated = {d.mutated_input for d in out_descs if isinstance(d, desc.InputMutationAOTOutput)}
@@ -269,7 +270,8 @@ def _pinned_storages(outputs: Sequence[fx.Node | None], placeholders: Sequence[f
 
 
 def _fixed_memory(primals: Sequence[fx.Node], tangents: Sequence[fx.Node], pinned: Mapping[StorageWeakRef, int],
-                  gradients: Mapping[StorageWeakRef, int], rng_states: int, mutated: Sequence[fx.Node]) -> dict[str, int]:
+                  gradients: Mapping[StorageWeakRef, int], rng_states: int,
+                  mutated: Sequence[fx.Node]) -> dict[str, int]:
     """Resident bytes by category; each storage counted once (tied weights share one).
 
     ``mutated_copies`` are the copies of updated inputs a backward recomputation may read,
@@ -314,7 +316,7 @@ def _rng_state_bytes(node: fx.Node) -> int:
 def _check_loss(outputs: Sequence[fx.Node | None], out_descs: Sequence[Any], tangents: Sequence[fx.Node],
                 num_fwd: int) -> None:
     """The step must return one differentiable scalar: the loss the backward starts from."""
-    user = [o for o, d in zip(outputs, out_descs) if isinstance(d, desc.PlainAOTOutput)]
+    user = [o for o, d in zip(outputs, out_descs, strict=True) if isinstance(d, desc.PlainAOTOutput)]
     if len(user) != 1:
         raise CaptureError(
             f"The training step returns {len(user)} tensors; it must return the loss alone (a scalar). "
@@ -327,8 +329,8 @@ def _check_loss(outputs: Sequence[fx.Node | None], out_descs: Sequence[Any], tan
     if len(tangents) != 1:
         raise CaptureError("The loss does not depend on any parameter that requires a gradient; "
                            "there is no backward pass to schedule.")
-    if any(o is not None and not isinstance(d, desc.GradAOTOutput) for o, d in zip(outputs[num_fwd:],
-                                                                                   out_descs[num_fwd:])):
+    tail = zip(outputs[num_fwd:], out_descs[num_fwd:], strict=True)
+    if any(o is not None and not isinstance(d, desc.GradAOTOutput) for o, d in tail):
         raise CaptureError("The joint graph's outputs are not forward outputs followed by gradients.")
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch.utils.flop_counter import flop_registry
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 
 from remat.schedules import InvalidRequest
 
@@ -146,7 +146,7 @@ class _NodeTimer(fx.Interpreter):
 
 
 def _flops(target: Any, args: Any, kwargs: Any, out: Any) -> float:
-    packet = getattr(target, "overloadpacket", None)
+    packet: Any = getattr(target, "overloadpacket", None)
     packet = _FLOP_ALIASES.get(packet, packet)
     formula = flop_registry.get(packet)
     if formula is None:

@@ -178,10 +178,11 @@ class _Phase:
             return self.graph.node_copy(node, self._arg)
         args = fx.node.map_arg(node.args, self._arg)
         kwargs = fx.node.map_arg(node.kwargs, self._arg)
+        op: Any = node.target
         if name in self.rng_state:
-            instance = self.graph.call_function(run_with_rng_state, (self.rng_state[name], node.target, *args), kwargs)
+            instance = self.graph.call_function(run_with_rng_state, (self.rng_state[name], op, *args), kwargs)
         else:
-            pair = self.graph.call_function(run_and_save_rng_state, (node.target, *args), kwargs)
+            pair = self.graph.call_function(run_and_save_rng_state, (op, *args), kwargs)
             self.rng_state[name] = self.graph.call_function(operator.getitem, (pair, 0))
             self.rng_state[name].meta["val"] = _fake_rng_state(node)
             instance = self.graph.call_function(operator.getitem, (pair, 1))
@@ -197,7 +198,8 @@ class _Phase:
             parent = self.joint.parent[name]
             elements = self.current.get(parent)
             if isinstance(elements, dict):
-                return elements[node.args[1]]
+                index: Any = node.args[1]
+                return elements[index]
             return self.graph.node_copy(node, lambda _: self._arg(self.nodes[parent]))
         if name in self.inputs:
             return self.inputs[name]

@@ -23,11 +23,11 @@ from torch.utils._pytree import tree_leaves
 __all__ = ["LiveBytes", "StepTime", "activation_peak", "time_call"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Allocation:
     nbytes: int
     born: int
-    died: int | None = None
+    """Index in the timeline of the op that made the storage."""
 
 
 class LiveBytes(TorchDispatchMode):
@@ -55,7 +55,6 @@ class LiveBytes(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self.timeline: list[int] = []
-        self._allocations: list[_Allocation] = []
         self._live: dict[int, _Allocation] = {}
         self._refs: list[weakref.ref[Any]] = []
 
@@ -80,16 +79,19 @@ class LiveBytes(TorchDispatchMode):
             return
         seen.add(key)
         record = _Allocation(storage.nbytes(), born=len(self.timeline))
-        self._allocations.append(record)
         self._live[key] = record
         self.current += record.nbytes
-        self._refs.append(weakref.ref(storage, lambda _, key=key: self._release(key)))
+        self._refs.append(weakref.ref(storage, self._on_death(key)))
 
-    def _release(self, key: int) -> None:
-        record = self._live.pop(key, None)
-        if record is not None:
-            record.died = len(self.timeline)
-            self.current -= record.nbytes
+    def _on_death(self, key: int) -> Callable[[Any], None]:
+        """The weakref callback for the storage at ``key``: it leaves the count when it dies."""
+
+        def release(_: Any) -> None:
+            record = self._live.pop(key, None)
+            if record is not None:
+                self.current -= record.nbytes
+
+        return release
 
     def peak_excluding(self, tensors: Iterable[torch.Tensor | None]) -> int:
         """The peak with the storages of ``tensors`` (alive now, such as gradients) left out throughout."""

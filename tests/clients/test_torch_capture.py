@@ -95,7 +95,7 @@ def test_kind_comes_from_the_structure(name):
     assert Graph.from_json(json.loads(json.dumps(graph.to_json()))).sha256 == graph.sha256
     backward = graph.backward
     assert backward.any() and not backward.all()
-    for v, node in enumerate(graph.nodes):
+    for node in graph.nodes:
         if node.kind == "forward":
             assert not any(backward[u] for u in node.deps), node.id
 

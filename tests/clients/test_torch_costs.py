@@ -66,7 +66,7 @@ def test_measured_costs_time_every_node_and_leave_the_model_alone():
     graph = export_graph(model, inputs, loss_fn=loss_fn, cost_model="measured")
     assert graph.cost_unit == "seconds (measured, cpu)"
     assert all(math.isfinite(n.cost) and n.cost > 0 for n in graph.nodes)
-    assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers()))
+    assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers(), strict=True))
     assert torch.equal(rng, torch.get_rng_state())
 
 

@@ -56,9 +56,9 @@ def _train_side_by_side(model, ref, rm, inputs, loss_fn) -> list[int]:
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
         opt_ref.zero_grad(set_to_none=True)
-        losses = []
+        losses: list[torch.Tensor] = []
 
-        def run():
+        def run(losses=losses):
             losses.append(rm(*inputs))
             losses[-1].backward()
 
@@ -71,11 +71,11 @@ def _train_side_by_side(model, ref, rm, inputs, loss_fn) -> list[int]:
         expected = loss_fn(ref, *inputs)
         expected.backward()
         torch.testing.assert_close(losses[-1], expected, rtol=1e-5, atol=1e-6)
-        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=f"gradient of {name}")
         opt.step()
         opt_ref.step()
-    for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+    for (name, b), c in zip(model.named_buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=f"buffer {name}")
     return peaks
 
@@ -127,7 +127,7 @@ def test_two_plans_with_dropout_give_the_same_gradients():
         torch.manual_seed(7)
         rm(*inputs).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         assert torch.equal(a, b)
     assert np.any([g.abs().sum().item() > 0 for g in grads[0]])
 
