@@ -52,7 +52,7 @@ def downsample(matrix: np.ndarray, max_side: int = MAX_SIDE) -> Blocks:
 
     >>> b = downsample(np.eye(5, dtype=bool), 3)
     >>> b.z.tolist(), (b.row_step, b.col_step)
-    ([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], (2, 2))
+    ([[0.5, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 1.0]], (2, 2))
     >>> downsample(np.eye(2, dtype=bool)).exact
     True
     """

@@ -50,7 +50,7 @@ def test_the_sweep_page_draws_one_trace_per_strategy(server: Server, fcn8_sweep:
     page = watched.page
     assert page.evaluate("document.getElementById('plot-curves').data.map(t => t.name)") == strategies
     assert page.locator("#plot-curves .legend .traces").count() == len(strategies)
-    assert page.locator("#plot-curves .scatterlayer .trace").count() == len(strategies)
+    assert page.locator("#plot-curves g.trace.scatter").count() == len(strategies)
     assert page.locator("table.grid td.cell").count() == len(fcn8_sweep["jobs"])
     assert page.locator("table.grid td.best").count() >= 1
     watched.screenshot("dashboard-sweep-fcn8.png")
