@@ -8,6 +8,8 @@ program over stages that still visits every S[t] at every stage.
 ``plan_optimum`` searches every plan of DESIGN.md's memory model whose first computations come in
 node order (recomputations anywhere, any number of times): a shortest path over states (resident
 set, number of nodes computed so far).
+
+The named graphs at the end are tiny cases whose optima these searches establish.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import heapq
 import math
 from itertools import combinations
+
+from factories import graph_doc
 
 from remat.schedules import Graph
 
@@ -98,3 +102,37 @@ def _stage(graph: Graph, t: int, held: frozenset[int], keep: frozenset[int]) -> 
     if resident != set(keep):
         return math.inf, math.inf
     return float(sum(graph.cost[v] for v in order)), peak
+
+
+STAGE_FORM_GAP = Graph.from_json(graph_doc([
+    {"id": "n0", "deps": [], "cost": 10.0, "memory": 24},
+    {"id": "n1", "deps": ["n0"], "cost": 2.0, "memory": 42},
+    {"id": "n2", "deps": [], "cost": 1.0, "memory": 45},
+    {"id": "n3", "deps": ["n1", "n2"], "cost": 3.5, "memory": 10},
+    {"id": "n4", "deps": ["n0", "n1", "n2"], "cost": 0.0, "memory": 13},
+    {"id": "n5", "deps": ["n0", "n3", "n4"], "cost": 3.5, "memory": 49},
+], name="stage-form-gap"))
+"""Plans fit from 124 bytes (cost 33.5) but schedules of Checkmate's stage form only from 134 (the
+checkpoint-all peak): under 134 the last stage must recompute n0 and n3, and index order puts n0
+(24 bytes) first while n1, n2 and n4 are held, which needs 134 bytes; a plan frees n0, recomputes
+n3, then recomputes n0, and stays within 124."""
+
+STAGE_INFEASIBLE = Graph.from_json(graph_doc([
+    {"id": "n0", "deps": [], "cost": 10.0, "memory": 31},
+    {"id": "n1", "deps": ["n0"], "cost": 0.0, "memory": 5},
+    {"id": "n2", "deps": ["n0"], "cost": 1.0, "memory": 34},
+    {"id": "n3", "deps": ["n1"], "cost": 2.0, "memory": 38},
+    {"id": "n4", "deps": ["n1", "n2"], "cost": 2.0, "memory": 7},
+], name="stage-infeasible", fixed_memory=9))
+"""min_feasible_budget is 74, yet nothing fits under 79 (plans or schedules): a solver must prove it."""
+
+SMALL_DAG = Graph.from_json(graph_doc([
+    {"id": "a", "deps": [], "cost": 3.5, "memory": 12},
+    {"id": "b", "deps": ["a"], "cost": 1.0, "memory": 19},
+    {"id": "c", "deps": ["a", "b"], "cost": 1.0, "memory": 30},
+    {"id": "d", "deps": ["a", "b"], "cost": 10.0, "memory": 25},
+    {"id": "e", "deps": ["b", "d"], "cost": 10.0, "memory": 50},
+    {"id": "f", "deps": ["c"], "cost": 3.5, "memory": 40},
+    {"id": "g", "deps": ["e"], "cost": 1.0, "memory": 13},
+], name="small-dag", fixed_memory=7))
+"""Seven nodes whose optimum changes seven times between the feasible minimum (101) and checkpoint-all."""

@@ -33,7 +33,7 @@ from ._protocol import BackendResult, EngineStatus, Limits, ProgressCallback, So
 try:
     import pulp
 except ImportError as e:  # pragma: no cover - exercised only where PuLP is missing
-    pulp = None
+    pulp = None  # type: ignore[assignment]
     _IMPORT_ERROR: ImportError | None = e
 else:
     _IMPORT_ERROR = None
@@ -78,13 +78,13 @@ def _problem(model: MilpModel) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
     xs = [
         pulp.LpVariable(f"x{j}", lowBound=lo if math.isfinite(lo) else None, upBound=hi if math.isfinite(hi) else None,
                         cat=pulp.LpInteger if integer else pulp.LpContinuous)
-        for j, (lo, hi, integer) in enumerate(zip(model.lower, model.upper, model.integer))
+        for j, (lo, hi, integer) in enumerate(zip(model.lower, model.upper, model.integer, strict=True))
     ]
     problem += pulp.LpAffineExpression(
         [(xs[j], float(c)) for j, c in enumerate(model.objective) if c], constant=model.objective_offset)
     for r in range(model.n_rows):
         idx, val = model.row(r)
-        expr = pulp.LpAffineExpression([(xs[j], float(v)) for j, v in zip(idx, val)])
+        expr = pulp.LpAffineExpression([(xs[j], float(v)) for j, v in zip(idx, val, strict=True)])
         lo, hi = float(model.row_lower[r]), float(model.row_upper[r])
         if lo == hi:
             problem += expr == lo
@@ -94,7 +94,7 @@ def _problem(model: MilpModel) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
         if math.isfinite(lo):
             problem += expr >= lo
     if model.start is not None:
-        for x, value in zip(xs, model.start):
+        for x, value in zip(xs, model.start, strict=True):
             x.setInitialValue(float(value))
     return problem, xs
 

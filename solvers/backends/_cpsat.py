@@ -24,7 +24,7 @@ from ._protocol import BackendResult, EngineStatus, Limits, ProgressCallback, So
 try:
     from ortools.sat.python import cp_model
 except ImportError as e:  # pragma: no cover - exercised only where ortools is missing
-    cp_model = None
+    cp_model = None  # type: ignore[assignment]
     _IMPORT_ERROR: ImportError | None = e
 else:
     _IMPORT_ERROR = None
@@ -43,7 +43,8 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
         raise BackendUnavailable(f"The cpsat backend needs ortools (pip install ortools): {_IMPORT_ERROR}.")
     _check_integral(model)
     cp = cp_model.CpModel()
-    xs = [cp.new_int_var(int(lo), int(hi), f"x{j}") for j, (lo, hi) in enumerate(zip(model.lower, model.upper))]
+    xs = [cp.new_int_var(int(lo), int(hi), f"x{j}")
+          for j, (lo, hi) in enumerate(zip(model.lower, model.upper, strict=True))]
     for r in range(model.n_rows):
         idx, val = model.row(r)
         lo, hi = model.row_lower[r], model.row_upper[r]
@@ -54,7 +55,7 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
     terms = [(xs[j], int(w)) for j, w in enumerate(weights) if w]
     cp.minimize(cp_model.LinearExpr.weighted_sum([x for x, _ in terms], [w for _, w in terms]))
     if model.start is not None:
-        for x, value in zip(xs, model.start):
+        for x, value in zip(xs, model.start, strict=True):
             cp.add_hint(x, int(round(value)))
 
     solver = cp_model.CpSolver()
@@ -108,7 +109,7 @@ def _check_integral(model: MilpModel) -> None:
         raise BackendUnavailable("The cpsat backend needs a model whose rows and bounds are all integral.")
 
 
-def _result(solver: cp_model.CpSolver, status: int, xs: list[cp_model.IntVar], model: MilpModel,
+def _result(solver: cp_model.CpSolver, status: cp_model.CpSolverStatus, xs: list[cp_model.IntVar], model: MilpModel,
             to_model: Callable[[float], float]) -> BackendResult:
     log = [f"CP-SAT status {solver.status_name(status)}"]
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

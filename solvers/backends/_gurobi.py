@@ -23,7 +23,7 @@ try:
     import gurobipy as gp
     from gurobipy import GRB
 except ImportError as e:  # pragma: no cover - exercised only where gurobipy is missing
-    gp = None
+    gp = None  # type: ignore[assignment]
     _IMPORT_ERROR: ImportError | None = e
 else:
     _IMPORT_ERROR = None
@@ -61,8 +61,8 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
             f"{model.n_rows:,} constraints. Install a full Gurobi licence or use another backend (highs).")
     env = gp.Env(params={"OutputFlag": 1, "LogToConsole": 1})
     m = gp.Model(env=env)
-    vtypes = [GRB.CONTINUOUS if not integer else (GRB.BINARY if lo >= 0 and hi <= 1 else GRB.INTEGER)
-              for integer, lo, hi in zip(model.integer, model.lower, model.upper)]
+    vtypes = np.array([GRB.CONTINUOUS if not integer else (GRB.BINARY if lo >= 0 and hi <= 1 else GRB.INTEGER)
+                       for integer, lo, hi in zip(model.integer, model.lower, model.upper, strict=True)])
     xs = m.addMVar(model.n_vars, lb=model.lower, ub=model.upper, obj=model.objective, vtype=vtypes).tolist()
     m.ObjCon = model.objective_offset
     for r in range(model.n_rows):
@@ -80,7 +80,7 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
     m.Params.MIPGap = limits.mip_gap
     m.Params.Threads = max(1, limits.threads)
     if model.start is not None:
-        for x, value in zip(xs, model.start):
+        for x, value in zip(xs, model.start, strict=True):
             x.Start = float(value)
     with on_stop(limits, m.terminate):
         m.optimize(_callback(xs, model, limits, on_progress))

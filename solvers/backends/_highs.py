@@ -19,7 +19,7 @@ from ._protocol import BackendResult, EngineStatus, Limits, ProgressCallback, So
 try:
     import highspy
 except ImportError as e:  # pragma: no cover - exercised only where highspy is missing
-    highspy = None
+    highspy = None  # type: ignore[assignment]
     _IMPORT_ERROR: ImportError | None = e
 else:
     _IMPORT_ERROR = None

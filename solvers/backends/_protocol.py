@@ -13,14 +13,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
 __all__ = ["BackendResult", "EngineStatus", "Limits", "ProgressCallback", "SolverProgress", "on_stop"]
 
 
-class EngineStatus(str, Enum):
+class EngineStatus(StrEnum):
     """How an engine run ended, in the one vocabulary all backends translate into."""
 
     OPTIMAL = "optimal"

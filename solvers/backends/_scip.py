@@ -20,7 +20,7 @@ from ._protocol import BackendResult, EngineStatus, Limits, ProgressCallback, So
 try:
     import pyscipopt
 except ImportError as e:  # pragma: no cover - exercised only where pyscipopt is missing
-    pyscipopt = None
+    pyscipopt = None  # type: ignore[assignment]
     _IMPORT_ERROR: ImportError | None = e
 else:
     _IMPORT_ERROR = None
@@ -38,11 +38,11 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
     m.setParam("limits/time", limits.remaining_s())
     m.setParam("limits/gap", limits.mip_gap)
     xs = [m.addVar(lb=_finite(lo), ub=_finite(hi), obj=float(c), vtype=_vtype(integer, lo, hi))
-          for lo, hi, c, integer in zip(model.lower, model.upper, model.objective, model.integer)]
+          for lo, hi, c, integer in zip(model.lower, model.upper, model.objective, model.integer, strict=True)]
     m.addObjoffset(model.objective_offset)
     for r in range(model.n_rows):
         idx, val = model.row(r)
-        expr = pyscipopt.quicksum(float(v) * xs[j] for j, v in zip(idx, val))
+        expr = pyscipopt.quicksum(float(v) * xs[j] for j, v in zip(idx, val, strict=True))
         lo, hi = model.row_lower[r], model.row_upper[r]
         if lo == hi:
             m.addCons(expr == float(lo))
@@ -53,7 +53,7 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
             m.addCons(expr >= float(lo))
     if model.start is not None and model.integer.any():
         start = m.createSol()
-        for x, value in zip(xs, model.start):
+        for x, value in zip(xs, model.start, strict=True):
             m.setSolVal(start, x, float(value))
         m.addSol(start, free=True)
     m.includeEventhdlr(_Reporter(xs, model, limits, on_progress), "remat-progress",

@@ -12,33 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from exhaustive import stage_optima
-from factories import benchmark_graph, chain, graph_doc
+from exhaustive import SMALL_DAG, STAGE_INFEASIBLE, stage_optima
+from factories import benchmark_graph, chain
 
-from remat.schedules import BackendUnavailable, Graph, InvalidRequest, UnknownStrategy
+from remat.schedules import BackendUnavailable, InvalidRequest, UnknownStrategy
 from remat.solvers import ResultStatus, available_backends, solve
-from remat.solvers.backends import BACKENDS, Limits, choose_backend, get_backend, run_backend
 from remat.solvers._milp_model import build_checkmate_model
-
-SMALL_DAG = Graph.from_json(graph_doc([
-    {"id": "a", "deps": [], "cost": 3.5, "memory": 12},
-    {"id": "b", "deps": ["a"], "cost": 1.0, "memory": 19},
-    {"id": "c", "deps": ["a", "b"], "cost": 1.0, "memory": 30},
-    {"id": "d", "deps": ["a", "b"], "cost": 10.0, "memory": 25},
-    {"id": "e", "deps": ["b", "d"], "cost": 10.0, "memory": 50},
-    {"id": "f", "deps": ["c"], "cost": 3.5, "memory": 40},
-    {"id": "g", "deps": ["e"], "cost": 1.0, "memory": 13},
-], name="small-dag", fixed_memory=7))
-"""Seven nodes whose optimum changes seven times between the feasible minimum and checkpoint-all."""
-
-STAGE_INFEASIBLE = Graph.from_json(graph_doc([
-    {"id": "n0", "deps": [], "cost": 10.0, "memory": 31},
-    {"id": "n1", "deps": ["n0"], "cost": 0.0, "memory": 5},
-    {"id": "n2", "deps": ["n0"], "cost": 1.0, "memory": 34},
-    {"id": "n3", "deps": ["n1"], "cost": 2.0, "memory": 38},
-    {"id": "n4", "deps": ["n1", "n2"], "cost": 2.0, "memory": 7},
-], name="stage-infeasible", fixed_memory=9))
-"""min_feasible_budget is 74, yet nothing fits under 79: the engine must prove it."""
+from remat.solvers.backends import BACKENDS, Limits, choose_backend, get_backend, run_backend
 
 
 def solver_children() -> list[int]:

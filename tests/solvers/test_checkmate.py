@@ -5,26 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from exhaustive import plan_optimum, stage_optima
-from factories import chain, graph_doc, random_dags
+from exhaustive import STAGE_FORM_GAP, plan_optimum, stage_optima
+from factories import chain, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, InvalidRequest
 from remat.solvers import Progress, ResultStatus, solve
 from remat.solvers._checkmate import PATHS
-
-# A graph on which plans fit from 124 bytes (cost 33.5) but schedules of Checkmate's stage form only
-# from 134 (the checkpoint-all peak): under 134 the last stage must recompute n0 and n3, index order
-# puts n0 (24 bytes) first while n1, n2 and n4 are held, which needs 134 bytes; a plan recomputes n3
-# before n0 (after freeing n0) and stays within 124.
-STAGE_FORM_GAP = Graph.from_json(graph_doc([
-    {"id": "n0", "deps": [], "cost": 10.0, "memory": 24},
-    {"id": "n1", "deps": ["n0"], "cost": 2.0, "memory": 42},
-    {"id": "n2", "deps": [], "cost": 1.0, "memory": 45},
-    {"id": "n3", "deps": ["n1", "n2"], "cost": 3.5, "memory": 10},
-    {"id": "n4", "deps": ["n0", "n1", "n2"], "cost": 0.0, "memory": 13},
-    {"id": "n5", "deps": ["n0", "n3", "n4"], "cost": 3.5, "memory": 49},
-], name="stage-form-gap"))
 
 
 def budgets_between(g: Graph) -> list[int]:
@@ -36,7 +23,7 @@ def budgets_between(g: Graph) -> list[int]:
 @given(g=random_dags(min_nodes=4, max_nodes=7))
 def test_the_milp_optimum_equals_an_exhaustive_search_over_every_checkmate_schedule(g: Graph) -> None:
     budgets = budgets_between(g)
-    for budget, best in zip(budgets, stage_optima(g, budgets)):
+    for budget, best in zip(budgets, stage_optima(g, budgets), strict=True):
         result = solve(g, budget=budget, strategy="checkmate", backend="highs", time_limit_s=60)
         if best == math.inf:
             assert result.status is ResultStatus.INFEASIBLE

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exhaustive import stage_optima
-from factories import benchmark_graph, graph_doc, random_dags
+from exhaustive import STAGE_FORM_GAP, stage_optima
+from factories import benchmark_graph, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, InvalidRequest
 from remat.solvers import ResultStatus, solve
 from remat.solvers._lp_rounding import rounding_candidates
-
-# Plans fit from 124 bytes, but no schedule of Checkmate's form does below 134 (see test_checkmate.py).
-STAGE_FORM_GAP = Graph.from_json(graph_doc([
-    {"id": "n0", "deps": [], "cost": 10.0, "memory": 24},
-    {"id": "n1", "deps": ["n0"], "cost": 2.0, "memory": 42},
-    {"id": "n2", "deps": [], "cost": 1.0, "memory": 45},
-    {"id": "n3", "deps": ["n1", "n2"], "cost": 3.5, "memory": 10},
-    {"id": "n4", "deps": ["n0", "n1", "n2"], "cost": 0.0, "memory": 13},
-    {"id": "n5", "deps": ["n0", "n3", "n4"], "cost": 3.5, "memory": 49},
-]))
 
 
 @settings(max_examples=10, deadline=None)
@@ -57,10 +47,10 @@ def test_thresholds_give_nested_sets_and_randomized_rounding_repeats_with_its_se
     fractional = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.25, 0.75, 0.0]])
     sweep = list(rounding_candidates(fractional, rounds=0, seed=0))
     assert [int(s.sum()) for s in sweep] == [1, 2, 3]
-    assert all((a <= b).all() for a, b in zip(sweep, sweep[1:]))
+    assert all((a <= b).all() for a, b in zip(sweep, sweep[1:], strict=False))
     first = list(rounding_candidates(fractional, rounds=20, seed=7))[3:]
     again = list(rounding_candidates(fractional, rounds=20, seed=7))[3:]
-    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert all(s[1, 0] and not s[0].any() for s in first)
     assert len({s.tobytes() for s in first}) > 1
 

@@ -51,7 +51,7 @@ def test_huge_sizes_are_rounded_up_and_the_budget_down_so_that_a_fit_in_units_is
     scale = MemoryScale.of(g, budget)
     assert not scale.exact
     assert max(scale.sizes) <= MAX_MEMORY_UNITS
-    assert all(units * scale.unit >= size for units, size in zip(scale.sizes, sizes))
+    assert all(units * scale.unit >= size for units, size in zip(scale.sizes, sizes, strict=True))
     assert scale.capacity * scale.unit <= budget - 5
 
 
