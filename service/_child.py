@@ -16,7 +16,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -26,14 +25,11 @@ from multiprocessing.context import ForkServerContext
 from typing import Any
 
 from remat.schedules import Graph, RematError
-from remat.solvers import Progress, solve
+from remat.solvers import solve
 
 from ._jobs import SolveSpec
 
 __all__ = ["SolverProcess", "solver_context"]
-
-PROGRESS_INTERVAL_S = 0.2
-"""Seconds between two progress messages from a child (more frequent reports are dropped)."""
 
 Message = tuple[str, Any]
 """("progress", Progress JSON), ("result", remat.result/v1) or ("error", text)."""
@@ -133,7 +129,8 @@ def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any],
         spec = SolveSpec.from_json(spec_doc)
         result = solve(Graph.from_json(graph_doc), budget=spec.budget, strategy=spec.strategy,
                        backend=spec.backend, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap,
-                       threads=threads, on_progress=_progress_sender(conn), stop_event=stop)
+                       threads=threads, on_progress=lambda p: conn.send(("progress", p.to_json())),
+                       stop_event=stop)
         message: Message = ("result", result.to_json())
     except RematError as e:
         message = ("error", f"{type(e).__name__}: {e}")
@@ -166,16 +163,3 @@ def _die_with_parent(conn: Connection, finished: threading.Event) -> None:
         pass
     if not finished.is_set():
         os.killpg(0, signal.SIGKILL)
-
-
-def _progress_sender(conn: Connection) -> Any:
-    last = 0.0
-
-    def send(progress: Progress) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if now - last >= PROGRESS_INTERVAL_S:
-            last = now
-            conn.send(("progress", progress.to_json()))
-
-    return send
