@@ -13,6 +13,7 @@ import contextlib
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -73,7 +74,7 @@ class JointGraph:
     def fixed_memory(self) -> int:
         return sum(self.fixed.values())
 
-    @property
+    @cached_property
     def index(self) -> dict[str, Producer]:
         return {p.name: p for p in self.producers}
 
@@ -194,12 +195,11 @@ def describe(gm: fx.GraphModule, *, name: str) -> JointGraph:
         if any(s in in_storages for s, _ in out):
             raise CaptureError(f"{node.name} ({node.target}) returns both new tensors and views of its inputs.")
         roots = [root.get(a.name, a.name) for a in args]
-        fresh = dict(out)
         producers.append(Producer(
             name=node.name,
             op=str(node.target),
             deps=tuple(dict.fromkeys(r for r in roots if r not in placeholder_names)),
-            memory=sum(b for s, b in fresh.items() if s not in pinned),
+            memory=sum(b for s, b in out if s not in pinned),
             kind="backward" if node.name in backward else "forward",
             rng=_is_rng(node),
         ))
