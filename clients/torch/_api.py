@@ -150,7 +150,7 @@ def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int) -> tup
     """Re-simulate the plan of a remat.result/v1 and refuse it unless it fits ``budget`` on this graph."""
     status = result.get("status")
     if status not in _FITTING:
-        log = "; ".join(result.get("log") or [])[-400:]
+        log = ((result.get("log") or [""])[-1])[:300]
         raise PlanRejected(
             f"Strategy {result.get('strategy')!r} returned status {status!r} for a budget of "
             f"{format_size(budget)} (the smallest feasible is {format_size(graph.min_feasible_budget)}, "
