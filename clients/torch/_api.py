@@ -43,7 +43,7 @@ class RematModule(nn.Module):
 
     Calling it runs the captured step, ``model(*inputs)`` or ``loss_fn(model, *inputs)``, and
     returns the loss; ``loss.backward()`` then runs the plan's backward. Outside training (no
-    grad, or the model's ``training`` flag changed since capture) it runs the step eagerly.
+    grad, or a module's ``training`` flag changed since capture) it runs the step eagerly.
 
     Attributes
     ----------
@@ -69,11 +69,11 @@ class RematModule(nn.Module):
         self.fixed = dict(cap.joint.fixed)
         self._capture = cap
         self._compiled = compiled
-        self._training = cap.step.training
+        self._modes = _modes(cap.step)
         self._signature = _signature([*cap.flat_state(), *inputs])
 
     def forward(self, *inputs: Any) -> Any:
-        if not torch.is_grad_enabled() or self.step.training != self._training:
+        if not torch.is_grad_enabled() or _modes(self.step) != self._modes:
             return self.step(*inputs)
         args = [*self._capture.flat_state(), *inputs]
         if _signature(args) != self._signature:
@@ -215,6 +215,11 @@ def _tensors(example_inputs: Sequence[Any]) -> list[torch.Tensor]:
             raise CaptureError(f"example_inputs[{i}] is a {type(x).__name__}; pass tensors only (close over other "
                                f"values in loss_fn).")
     return inputs
+
+
+def _modes(module: nn.Module) -> list[bool]:
+    """The ``training`` flags the captured graph bakes in (dropout, batch norm)."""
+    return [m.training for m in module.modules()]
 
 
 def _signature(args: Sequence[Any]) -> list[tuple[Any, ...]]:

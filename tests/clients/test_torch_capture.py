@@ -154,6 +154,10 @@ def test_calls_outside_the_captured_step_run_eagerly_and_other_shapes_are_refuse
     rm = rematerialize(model, (x, y), budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn)
     with torch.no_grad():
         assert torch.equal(rm(x, y), loss_fn(model, x, y))
+    model.layers[0].eval()
+    assert rm(x, y).grad_fn.name() != "CompiledFunctionBackward"
+    model.train()
+    assert rm(x, y).grad_fn.name() == "CompiledFunctionBackward"
     with pytest.raises(CaptureError, match="call rematerialize again"):
         rm(x[:3], y[:3])
     assert list(rm.parameters()) == list(model.parameters())
