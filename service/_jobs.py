@@ -152,7 +152,7 @@ class Job:
     @classmethod
     def from_record(cls, doc: Mapping[str, Any], result: Mapping[str, Any] | None = None) -> Job:
         return cls(**{**doc, "spec": SolveSpec.from_json(doc["spec"]), "status": JobStatus(doc["status"]),
-                      "history": tuple(doc["history"]), "result": result})
+                      "history": tuple(doc.get("history", ())), "result": result})
 
 
 def new_job(spec: SolveSpec, *, graph_name: str, token: str | None, now: float) -> Job:

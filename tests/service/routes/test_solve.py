@@ -79,6 +79,8 @@ BAD_GRAPHS = {
     "nodes not a list": ({**graph_doc([]), "nodes": {"a": 1}}, None, "nodes"),
     "too many nodes": (graph_doc([{"id": f"n{i}", "deps": [], "cost": 1, "memory": 1} for i in range(2001)]),
                        None, "nodes"),
+    "too many edges": (graph_doc([{"id": f"n{i}", "deps": [f"n{j}" for j in range(max(0, i - 150), i)], "cost": 1,
+                                   "memory": 1} for i in range(300)]), None, "deps"),
 }
 
 
