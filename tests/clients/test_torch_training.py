@@ -147,3 +147,21 @@ def test_batch_norm_statistics_update_once_per_step():
         rm(*inputs).backward()
     tracked = {name: int(b) for name, b in model.named_buffers() if name.endswith("num_batches_tracked")}
     assert tracked and set(tracked.values()) == {3}
+
+
+def test_plans_come_from_a_remat_service_too(tmp_path):
+    from processes import Processes
+
+    procs = Processes(tmp_path, {"REMAT_DATA_DIR": str(tmp_path / "data")})
+    try:
+        url = procs.server().url
+        graph = _graph("unet")
+        budget = _budget(graph, 0.7)
+        model, inputs, loss_fn = _model("unet")
+        ref = copy.deepcopy(model)
+        rm = rematerialize(model, inputs, budget=budget, strategy="ap-greedy", server=url, loss_fn=loss_fn)
+    finally:
+        procs.stop_all()
+    local = rematerialize(ref, inputs, budget=budget, strategy="ap-greedy", loss_fn=loss_fn)
+    assert rm.result["plan"] == local.result["plan"] and rm.simulation.peak_memory <= budget
+    _train_side_by_side(model, copy.deepcopy(ref), rm, inputs, loss_fn)
