@@ -118,16 +118,19 @@ def _benchmark(name: str, device: torch.device, budgets: list[float], compile_bu
         _warm_up(variant)
         variant.peak = _measure_peak(variant)
 
+    refused: list[str] = []
     for ratio in budgets:
         variant = _remat(base, inputs, loss_fn, ratio, unpatched.peak, args)
-        if variant is not None:
-            _warm_up(variant)
-            variant.peak = _measure_peak(variant)
-            variants.append(variant)
+        if isinstance(variant, str):
+            refused.append(variant)
+            continue
+        _warm_up(variant)
+        variant.peak = _measure_peak(variant)
+        variants.append(variant)
     for _ in range(args.rounds):
         for variant in variants:
             variant.times.append(time_call(variant.run, device=device, repeats=1, warmup=0, cpu_time=True).median_s)
-    _table(name, variants, unpatched, budgets)
+    _table(name, variants, unpatched, budgets, refused)
 
 
 # -- variants -----------------------------------------------------------------------------------------
@@ -156,20 +159,25 @@ def _compiled(base: torch.nn.Module, inputs: tuple[torch.Tensor, ...], loss_fn: 
 
 
 def _remat(base: torch.nn.Module, inputs: tuple[torch.Tensor, ...], loss_fn: Callable[..., Any], ratio: float,
-           unpatched_peak: int, args: argparse.Namespace) -> Variant | None:
-    """rematerialize() with ``ratio`` times the unpatched activation peak on top of what stays resident."""
+           unpatched_peak: int, args: argparse.Namespace) -> Variant | str:
+    """rematerialize() with ``ratio`` times the unpatched activation peak on top of what stays resident.
+
+    Returns the variant, or a table row saying why there is no plan.
+    """
     model = copy.deepcopy(base)
     profiled = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
                              cost_model=args.cost_model)
     graph, fixed = profiled.graph, profiled.fixed
-    budget = sum(fixed[k] for k in ("parameters", "buffers", "inputs", "gradients")) + int(ratio * unpatched_peak)
+    resident = sum(fixed[k] for k in ("parameters", "buffers", "inputs", "gradients"))
+    budget = resident + int(ratio * unpatched_peak)
     strategy = _strategy(graph, budget, args)
     result = solve(graph, budget=budget, strategy=strategy, time_limit_s=args.time_limit).to_json()
     try:
         rm = rematerialize(model, inputs, loss_fn=loss_fn, graph=graph, result=result)
-    except PlanRejected as e:
-        print(f"\nremat at {ratio:g}: no plan ({e})")
-        return None
+    except PlanRejected:
+        return (f"| remat, budget {ratio:g} of unpatched | no plan | | " + "| " * len(args.budgets.split(",")) +
+                f"| | {strategy}: {result['status']} after {result['solve_time_s']:.0f} s "
+                f"(smallest feasible activation budget {format_size(graph.min_feasible_budget - resident)}) |")
     note = (f"{strategy}, {result['status']}, simulated overhead {result['overhead']:.3f}, simulated peak "
             f"{format_size(rm.simulation.peak_memory - graph.fixed_memory)}, solve {result['solve_time_s']:.0f} s")
     return Variant(f"remat, budget {ratio:g} of unpatched", model, lambda: rm(*inputs).backward(), note)
@@ -229,7 +237,7 @@ def _inductor_buffers_counted() -> Iterator[None]:
 # -- reporting -----------------------------------------------------------------------------------------
 
 
-def _table(name: str, variants: list[Variant], unpatched: Variant, budgets: list[float]) -> None:
+def _table(name: str, variants: list[Variant], unpatched: Variant, budgets: list[float], refused: list[str]) -> None:
     base_time = statistics.median(unpatched.times)
     sizes = ", ".join(f"{k}={v}" for k, v in SIZES[name].items())
     print(f"\n### {name} ({sizes})\n")
@@ -241,6 +249,8 @@ def _table(name: str, variants: list[Variant], unpatched: Variant, budgets: list
         marks = " | ".join("yes" if v.peak <= b * unpatched.peak else "no" for b in budgets)
         print(f"| {v.name} | {format_size(v.peak)} | {v.peak / unpatched.peak:.3f} | {marks} | {1e3 * t:.1f} | "
               f"{t / base_time:.3f} | {v.note} |")
+    for row in refused:
+        print(row)
     for b in budgets:
         print(_verdict(b, variants, unpatched, base_time))
     sys.stdout.flush()
