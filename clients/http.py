@@ -9,6 +9,7 @@ message is the server's ``detail``; ``status`` and ``problem`` keep the rest.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -120,8 +121,6 @@ class Client:
 
     def events(self, job_id: str) -> Iterator[dict[str, Any]]:
         """The job's server-sent events, as ``{"event", "id", "data"}``, until it has ended."""
-        import json
-
         with self._http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=None) as response:
             _raise_for_problem(response, streamed=True)
             event: dict[str, Any] = {}

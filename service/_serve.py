@@ -28,8 +28,9 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         first = e.errors()[0]
-        name = ".".join(str(p) for p in first["loc"]) or "settings"
-        raise InvalidRequest(f"Setting {name!r} (REMAT_{name.upper()}): {first['msg']}.", field=name) from None
+        name = ".".join(str(p) for p in first["loc"])
+        where = f"Setting {name!r} (REMAT_{name.upper()})" if name else "Settings"
+        raise InvalidRequest(f"{where}: {first['msg']}.", field=name or None) from None
 
 
 def _configure_logging(settings: Settings) -> None:

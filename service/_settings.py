@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from remat.schedules import GraphLimits
@@ -99,6 +99,13 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("queue_url must be a redis://, rediss:// or unix:// URL")
         return value
+
+    @model_validator(mode="after")
+    def _sweeps_fit_the_queue(self) -> Settings:
+        if self.max_sweep_points > self.max_queued_jobs:
+            raise ValueError(f"max_sweep_points ({self.max_sweep_points}) must not exceed max_queued_jobs "
+                             f"({self.max_queued_jobs}): a sweep must fit the queue")
+        return self
 
     @property
     def auth_enabled(self) -> bool:
