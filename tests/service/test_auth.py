@@ -62,7 +62,7 @@ def test_each_token_has_its_own_cap_on_active_jobs(secured: TestClient):
 
 
 def test_a_full_queue_answers_503_with_retry_after(settings: Settings):
-    tight = Settings.model_validate({**settings.model_dump(), "max_queued_jobs": 1, "slots": 1})
+    tight = Settings.model_validate({**settings.model_dump(), "max_queued_jobs": 1, "max_sweep_points": 1, "slots": 1})
     with TestClient(create_app(tight), raise_server_exceptions=False) as c:
         answers = [c.post("/v1/solve", json=_body(n)) for n in range(400, 406)]
         refused = [r for r in answers if r.status_code == 503]
