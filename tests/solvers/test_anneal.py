@@ -1,0 +1,89 @@
+"""The annealer against exhaustive search, known optima and the simulator; stopping and starting points."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+from exhaustive import stage_optima
+from factories import benchmark_graph, chain, random_dags
+from hypothesis import given, settings
+
+from remat.schedules import Graph, plan_from_schedule, resolve_budget, simulate
+from remat.solvers import SolveContext, solve
+from remat.solvers._anneal import Annealer, anneal, timeline_from_schedule
+from remat.solvers._timeline import Timeline
+
+
+def budgets_between(g: Graph) -> list[int]:
+    low, high = g.min_feasible_budget, g.checkpoint_all_peak
+    return sorted({low, low + (high - low) // 4, (low + high) // 2})
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(g=random_dags(min_nodes=3, max_nodes=6))
+def test_it_reaches_the_exhaustive_optimum_on_tiny_graphs(g: Graph) -> None:
+    budgets = budgets_between(g)
+    for budget, best in zip(budgets, stage_optima(g, budgets), strict=True):
+        outcome = anneal(g, budget, SolveContext(), moves=2000)
+        if best == math.inf:
+            assert outcome.schedule is None
+            continue
+        assert outcome.schedule is not None, f"nothing found at budget {budget}; optimum {best}"
+        sim = simulate(g, plan_from_schedule(g, outcome.schedule))
+        assert sim.peak_memory <= budget
+        assert sim.cost == pytest.approx(best, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("budget, optimum", [(5, 22.0), (4, 26.0)])
+def test_unit_chain_of_eight_layers_reaches_the_known_optima(budget: int, optimum: float) -> None:
+    g = chain(8)
+    for seed in range(3):  # the anneal path runs one chain per thread, each with its own seed
+        outcome = anneal(g, budget, SolveContext(), seed=seed, moves=30_000)
+        assert outcome.schedule is not None
+        sim = simulate(g, plan_from_schedule(g, outcome.schedule))
+        assert sim.peak_memory <= budget and sim.cost >= optimum
+        if sim.cost == optimum:
+            return
+    pytest.fail(f"no chain reached the optimum {optimum}")
+
+
+def test_every_best_it_announces_fits_and_costs_what_it_says() -> None:
+    g = benchmark_graph("rl100")
+    budget = resolve_budget(g, budget_ratio=0.8)
+    announced: list[tuple[float, list[tuple[int, int]]]] = []
+    annealer = Annealer(g, budget, seed=3)
+    annealer.run(SolveContext(), moves=4000, on_best=lambda cost, extras: announced.append((cost, extras)))
+    assert announced, "no plan within 80% of the checkpoint-all peak"
+    costs = [cost for cost, _ in announced]
+    assert costs == sorted(costs, reverse=True) and len(set(costs)) == len(costs)
+    for cost, extras in announced[::max(1, len(announced) // 5)] + announced[-1:]:
+        tl = Timeline(g)
+        for v, t in extras:
+            tl.add(v, t)
+        sim = simulate(g, plan_from_schedule(g, tl.schedule()))
+        assert sim.peak_memory <= budget
+        assert sim.cost == pytest.approx(cost)
+    assert annealer.best_cost == pytest.approx(costs[-1])
+
+
+def test_a_baseline_start_keeps_its_cost_and_never_needs_more_memory() -> None:
+    g = benchmark_graph("vgg_unet")
+    baseline = solve(g, budget_ratio=0.6, strategy="linearized-sqrtn")
+    assert baseline.schedule is not None and baseline.simulation is not None
+    tl = timeline_from_schedule(g, baseline.schedule)
+    assert tl.total_cost == pytest.approx(baseline.simulation.cost)
+    assert tl.peak() <= baseline.simulation.peak_memory
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_request_ends_the_run_with_the_best_plan_so_far() -> None:
+    g = benchmark_graph("rl250")
+    budget = resolve_budget(g, budget_ratio=0.8)
+    ctx = SolveContext(time_limit_s=3600)
+    annealer = Annealer(g, budget)
+    threading.Timer(2.0, ctx.stop_event.set).start()
+    annealer.run(ctx)
+    assert annealer.best is not None
+    assert ctx.elapsed_s() < 60

@@ -1,0 +1,149 @@
+"""The anneal path of checkmate end to end: valid plans no worse than the baselines, bounds, proofs, stopping."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from exhaustive import stage_optima
+from factories import BENCHMARK_NAMES, benchmark_graph, chain, random_dags
+from hypothesis import given, settings
+
+from remat.schedules import Graph, resolve_budget
+from remat.solvers import Progress, ResultStatus, SolveContext, solve
+from remat.solvers._anneal_milp import MILP_NODES
+from remat.solvers._checkmate import PATHS
+from remat.solvers._fallback import best_baseline
+from remat.solvers.backends._process import read_frame, write_frame
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ratio_for(g: Graph) -> float:
+    """0.8, or 0.9 where 0.8 is under the graph's smallest feasible budget."""
+    return 0.8 if resolve_budget(g, budget_ratio=0.8) >= g.min_feasible_budget else 0.9
+
+
+@pytest.mark.parametrize("name", BENCHMARK_NAMES)
+def test_on_every_benchmark_graph_the_plan_fits_and_beats_every_baseline(name: str) -> None:
+    g = benchmark_graph(name)
+    ratio = ratio_for(g)
+    result = solve(g, budget_ratio=ratio, strategy="checkmate", options={"path": "anneal"}, time_limit_s=4,
+                   threads=2)
+    assert result.status in (ResultStatus.OPTIMAL, ResultStatus.FEASIBLE), result.log
+    assert result.peak_memory is not None and result.peak_memory <= result.budget
+    best = best_baseline(g, result.budget, SolveContext())
+    if best is not None:
+        assert result.cost is not None and result.cost <= best.cost
+    assert result.lower_bound is not None and g.base_cost <= result.lower_bound <= result.cost
+
+
+def test_the_path_is_picked_by_size() -> None:
+    def picked(g: Graph) -> str:
+        return next(name for name, path in PATHS.items() if path.fits(g))
+
+    assert picked(chain((MILP_NODES - 1) // 2)) == "anneal-milp"
+    assert picked(chain(MILP_NODES)) == "anneal"
+    assert not PATHS["anneal"].baselines_first
+
+
+def worker(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30) -> list[tuple]:
+    """Everything a helper process sends for one request, until it ends."""
+    proc = subprocess.Popen([sys.executable, "-m", "remat.solvers._portfolio_worker"], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks))
+    messages = []
+    try:
+        while True:
+            messages.append(read_frame(proc.stdout))
+    except EOFError:
+        pass
+    proc.stdin.close()
+    proc.stdout.close()
+    assert proc.wait(10) == 0
+    return messages
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(g=random_dags(min_nodes=3, max_nodes=6))
+def test_the_retention_bounds_never_exceed_the_exhaustive_optimum(g: Graph) -> None:
+    budget = (g.min_feasible_budget + g.checkpoint_all_peak) // 2
+    optimum = stage_optima(g, [budget])[0]
+    bounds = {how: value for kind, value, how in worker(g.to_json(), budget, ("bound",)) if kind == "bound"}
+    assert "retention LP" in bounds
+    assert g.base_cost - 1e-9 <= bounds["retention LP"] <= bounds.get("retention MIP", math.inf)
+    for value in bounds.values():
+        assert value <= optimum + 1e-9
+
+
+def test_the_documented_bounds_of_a_four_node_graph() -> None:
+    g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
+        {"id": "a", "deps": [], "cost": 1, "memory": 4},
+        {"id": "b", "deps": ["a"], "cost": 1, "memory": 2},
+        {"id": "c", "deps": ["b"], "cost": 1, "memory": 2},
+        {"id": "d", "deps": ["a", "c"], "cost": 1, "memory": 1}]})
+    bounds = {how: value for kind, value, how in worker(g.to_json(), 7, ("bound",)) if kind == "bound"}
+    assert bounds == pytest.approx({"retention LP": 4.25, "retention MIP": 5.0}, rel=1e-5)
+    assert stage_optima(g, [7]) == [5.0]
+
+
+def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:
+    g = benchmark_graph("vgg_unet")
+    budget = resolve_budget(g, budget_ratio=0.7)
+    messages = worker(g.to_json(), budget, ("baselines", "bound", "anneal"), time_limit_s=4)
+    kinds = [m[0] for m in messages]
+    assert kinds.index("baseline") < kinds.index("bound") < kinds.index("best")
+    baseline = next(m for m in messages if m[0] == "baseline")
+    plans = [m[1] for m in messages if m[0] == "best"]
+    assert best_baseline(g, budget, SolveContext()).cost == baseline[4]
+    assert plans == sorted(plans, reverse=True)
+    assert max(m[1] for m in messages if m[0] == "bound") <= plans[-1]
+
+
+def test_progress_only_improves_and_bounds_stay_below_the_plan() -> None:
+    g = benchmark_graph("mobilenet")
+    seen: list[Progress] = []
+    result = solve(g, budget_ratio=0.6, strategy="checkmate", time_limit_s=6, threads=2, on_progress=seen.append)
+    incumbents = [p.incumbent_cost for p in seen if p.incumbent_cost is not None]
+    bounds = [p.lower_bound for p in seen if p.lower_bound is not None]
+    assert incumbents and incumbents == sorted(incumbents, reverse=True)
+    assert incumbents[-1] == pytest.approx(result.cost)
+    assert bounds and max(bounds) <= result.cost + 1e-9
+
+
+def children() -> set[int]:
+    pid = os.getpid()
+    found: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found.update(int(p) for p in f.read().split())
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_cancel_keeps_the_best_plan_and_leaves_no_helper_behind() -> None:
+    g = benchmark_graph("rl500")
+    before = children()
+    stop = threading.Event()
+    threading.Timer(3.0, stop.set).start()
+    result = solve(g, budget_ratio=0.8, strategy="checkmate", time_limit_s=600, threads=3, stop_event=stop)
+    assert result.status is ResultStatus.CANCELLED
+    assert result.peak_memory is not None and result.peak_memory <= result.budget
+    assert result.solve_time_s < 60
+    assert children() <= before
+
+
+@pytest.mark.slow
+def test_resnet50_at_ninety_percent_is_proved_optimal_at_the_published_overhead() -> None:
+    g = benchmark_graph("resnet50")
+    result = solve(g, budget_ratio=0.9, strategy="checkmate", time_limit_s=300, threads=2)
+    assert result.status is ResultStatus.OPTIMAL, result.log
+    assert result.overhead is not None and result.overhead - 1 < 0.0015  # published optimum: 0.1 %
+    assert json.dumps(result.to_json())
