@@ -88,8 +88,9 @@ class QueueExecutor:
             log.warning("job %s: %s", job.id, job.history[-1])
             self.dispatch(job)
         settled = time.time() - self.settings.lease_s
+        in_queue = set(self.queue.get_job_ids())
         for job in self.store.jobs_with_status(JobStatus.QUEUED):
-            if job.queued_at < settled and not self._has_message(job):
+            if job.queued_at < settled and self.message_id(job) not in in_queue and not self._has_message(job):
                 log.warning("job %s: queued without a queue message; sending one", job.id)
                 self.dispatch(job)
 
