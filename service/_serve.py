@@ -40,6 +40,8 @@ def _configure_logging(settings: Settings) -> None:
 def serve(settings: Settings) -> None:
     """Run the API on ``settings.host:settings.port`` until SIGINT or SIGTERM."""
     _configure_logging(settings)
+    if not settings.queue_url:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)  # an unusable data dir is a one-line error, here
     mode = f"queue {settings.queue_name!r} at {_redacted(settings.queue_url)}" if settings.queue_url else \
         f"embedded, {settings.slots} slots, store in {settings.data_dir}"
     log.info("remat serve: %s; authentication %s", mode, "on" if settings.auth_enabled else "off")
