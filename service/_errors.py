@@ -5,14 +5,15 @@
     RematError
     ├── Unauthorized   no valid bearer token (401)
     ├── TooManyJobs    the token has its maximum of queued and running jobs (429, Retry-After)
-    └── QueueFull      the queue holds its maximum of jobs (503, Retry-After)
+    ├── QueueFull      the queue holds its maximum of jobs (503, Retry-After)
+    └── QueueUnreachable  a worker cannot reach its Redis queue
 """
 
 from __future__ import annotations
 
 from remat.schedules import RematError
 
-__all__ = ["QueueFull", "TooManyJobs", "Unauthorized"]
+__all__ = ["QueueFull", "QueueUnreachable", "TooManyJobs", "Unauthorized"]
 
 
 class Unauthorized(RematError):
@@ -31,3 +32,7 @@ class TooManyJobs(_Busy):
 
 class QueueFull(_Busy):
     """The service's queue is full; retry after ``retry_after_s``."""
+
+
+class QueueUnreachable(RematError):
+    """``remat worker`` cannot reach the Redis server of its queue."""

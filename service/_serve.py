@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 import uvicorn
 from pydantic import ValidationError
 
@@ -12,6 +13,7 @@ from remat.schedules import InvalidRequest
 
 from ._app import create_app
 from ._cluster import run_worker
+from ._errors import QueueUnreachable
 from ._settings import Settings
 
 __all__ = ["load_settings", "serve", "work"]
@@ -54,6 +56,10 @@ def work(settings: Settings, *, burst: bool = False, name: str | None = None) ->
     if not settings.queue_url:
         raise InvalidRequest("A worker needs a queue: pass --queue redis://HOST:PORT/DB or set REMAT_QUEUE_URL.",
                              field="queue_url")
+    try:
+        redis.Redis.from_url(settings.queue_url).ping()
+    except redis.RedisError as e:
+        raise QueueUnreachable(f"Cannot reach the queue at {_redacted(settings.queue_url)}: {e}") from None
     _configure_logging(settings)
     log.info("remat worker: queue %r at %s", settings.queue_name, _redacted(settings.queue_url))
     run_worker(settings, burst=burst, name=name)

@@ -96,7 +96,9 @@ class Settings(BaseSettings):
     @field_validator("queue_url")
     @classmethod
     def _redis_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+        if not value:  # REMAT_QUEUE_URL= (empty) means embedded
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("queue_url must be a redis://, rediss:// or unix:// URL")
         return value
 

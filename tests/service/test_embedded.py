@@ -124,3 +124,16 @@ def test_bounded_load_of_new_and_cached_requests(processes: Processes):
     assert len(by_graph) == 40 and all(len(jobs) == 1 for jobs in by_graph.values())
     metrics = httpx.get(f"{server.url}/metrics").text
     assert 'remat_jobs{status="succeeded"} 40.0' in metrics and "remat_cache_hits_total 160.0" in metrics
+
+
+@pytest.mark.parametrize("args, message", [
+    (["worker", "--queue", "redis://:hunter2-secret@127.0.0.1:1/0"], "Cannot reach the queue at redis://***@127.0.0.1:1/0"),
+    (["worker"], "A worker needs a queue"),
+    (["serve", "--data-dir", "/proc/no-such-dir"], "No such file or directory"),
+    (["serve", "--port", "70000"], "Setting 'port' (REMAT_PORT)"),
+])
+def test_commands_that_cannot_start_say_why_in_one_line(args: list[str], message: str):
+    done = subprocess.run([sys.executable, "-m", "remat.clients.cli", *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "REMAT_QUEUE_URL": ""})
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
