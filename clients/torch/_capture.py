@@ -6,9 +6,9 @@ producer whose storage they read, and the client keeps that map to re-create the
 Memory is counted in storage bytes. What stays resident through the step (parameters, buffers,
 inputs, tangents, the step's outputs and gradients) is fixed memory, not a node.
 
-Sizes come from the fake tensors of the trace, which match what kernels allocate with one known
-exception: on the CPU, ``aten.mse_loss`` returns its scalar inside its whole unreduced buffer, so
-a loss written ``(out - y).pow(2).mean()`` is counted exactly where ``F.mse_loss`` is not.
+Sizes come from the fake tensors of the trace, which match what kernels allocate, with one
+exception found so far: on the CPU, ``aten.mse_loss`` returns its scalar inside its whole
+unreduced buffer, so ``(out - y).pow(2).mean()`` is counted exactly where ``F.mse_loss`` is not.
 """
 
 from __future__ import annotations
