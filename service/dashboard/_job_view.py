@@ -181,7 +181,8 @@ def _recompute_figure(graph: Graph, sim: Simulation, color: str) -> dict[str, An
     text = [f"{n.id} ({n.kind}): computed {k + 1} times" for n, k in zip(graph.nodes, extra, strict=True)]
     trace = {"type": "bar", "x": list(range(graph.size)), "y": extra, "text": text, "textposition": "none",
              "hovertemplate": "node %{x}: %{text}<extra></extra>", "marker": {"color": color}}
-    layout = {"xaxis": {"title": {"text": "node"}}, "yaxis": {"title": {"text": "recomputations"},
-                                                              "rangemode": "tozero", "tickformat": "d"},
+    whole_ticks = {"tick0": 0, "dtick": max(1, math.ceil(max(extra, default=0) / 8))}
+    layout = {"xaxis": {"title": {"text": "node"}},
+              "yaxis": {"title": {"text": "recomputations"}, "rangemode": "tozero", **whole_ticks},
               "margin": {"l": 60, "r": 20, "t": 20, "b": 50}, "bargap": 0}
     return {"data": [trace], "layout": layout}

@@ -73,6 +73,7 @@ def test_job_figures_draw_memory_against_the_budget_and_both_matrices():
     assert figures["S"]["data"][0]["z"] == result.schedule.S.astype(int).tolist()
     assert figures["recompute"]["data"][0]["y"] == (simulate(graph, result.plan).compute_counts - 1).tolist()
     assert stats.recomputations == sum(figures["recompute"]["data"][0]["y"])
+    assert figures["recompute"]["layout"]["yaxis"]["dtick"] >= 1, "whole numbers of recomputations"
 
 
 def test_big_schedules_are_downsampled_on_the_server():
