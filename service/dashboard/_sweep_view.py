@@ -20,6 +20,8 @@ from typing import Any
 from remat.schedules import format_size
 from remat.solvers import STRATEGIES
 
+from .._jobs import JobStatus
+
 __all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "byte_unit", "step_curve", "strategy_color",
            "sweep_figure", "sweep_table"]
 
@@ -103,11 +105,11 @@ class SweepView:
     def counts(self) -> dict[str, int]:
         """How many cells' jobs are in each status."""
         counted = Counter(c.status for c in self.cells)
-        return {s: counted.get(s, 0) for s in ("queued", "running", "succeeded", "failed", "cancelled")}
+        return {s.value: counted.get(s.value, 0) for s in JobStatus}
 
     @property
     def done(self) -> bool:
-        return self.status in ("succeeded", "failed", "cancelled")
+        return JobStatus(self.status).terminal
 
 
 def step_curve(points: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
