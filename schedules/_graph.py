@@ -27,6 +27,10 @@ _KINDS = ("forward", "backward")
 _NODE_FIELDS = ("id", "deps", "cost", "memory", "kind")
 
 
+MAX_TOTAL_BYTES = 2**62
+"""Fixed memory plus every output must stay below this, so that no sum of sizes overflows int64."""
+
+
 @dataclass(frozen=True)
 class GraphLimits:
     """Size caps applied when a graph is read; the service lowers them per request."""
@@ -379,7 +383,13 @@ def _check_graph(graph: Graph, limits: GraphLimits) -> None:
     if graph.edge_count > limits.max_edges:
         raise InvalidGraph(f"The graph has {graph.edge_count} edges; the limit is {limits.max_edges}.", field="deps")
     seen: set[str] = set()
+    total = graph.fixed_memory
     for v, node in enumerate(graph.nodes):
+        total += node.memory
+        if total > MAX_TOTAL_BYTES:
+            raise InvalidGraph(f"Node {node.id!r}: its memory brings the graph's total (fixed memory plus every "
+                               f"output) above {MAX_TOTAL_BYTES} bytes, more than memory sizes can count.",
+                               node=node.id, field="memory")
         if node.id in seen:
             raise InvalidGraph(f"Node {node.id!r}: duplicate id.", node=node.id, field="id")
         seen.add(node.id)

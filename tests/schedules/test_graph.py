@@ -42,6 +42,8 @@ def test_hash_ignores_metadata_but_not_costs():
         ([node("a", cost="3")], "a", "cost", "number"),
         ([node("a", memory=-5)], "a", "memory", ">= 0"),
         ([node("a", memory=1.5)], "a", "memory", "whole number"),
+        ([node("a", memory=2**70)], "a", "memory", "above"),
+        ([node("a", memory=2**61), node("b", ["a"], memory=2**61 + 1)], "b", "memory", "total"),
         ([node("a", kind="sideways")], "a", "kind", "forward"),
         ([{"id": "a", "deps": "b", "cost": 1, "memory": 1}], "a", "deps", "list"),
         ([{"deps": []}], None, "id", "non-empty string"),
