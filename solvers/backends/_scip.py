@@ -1,7 +1,10 @@
 """The ``scip`` backend: SCIP through pyscipopt (single-threaded; ``threads`` is not used).
 
-An event handler reports every new best solution and, about once a second, the dual bound; it
-also interrupts the solve once a stop is requested, so SCIP returns its incumbent.
+SCIP gets the model scaled (MilpModel.scaled): on the unscaled Checkmate model its LP solver stops
+the root LP early and SCIP declares the MIP start optimal (fcn8 at ratio 0.8: "optimal" at 4.5 %
+overhead where 0.136 % is). An event handler reports every new best solution and, about once a
+second, the dual bound; it also interrupts the solve once a stop is requested, so SCIP returns its
+incumbent.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
     """Solve ``model`` with SCIP within ``limits``."""
     if pyscipopt is None:
         raise BackendUnavailable(f"The scip backend needs pyscipopt (pip install pyscipopt): {_IMPORT_ERROR}.")
+    model, scales = model.scaled()
     m = pyscipopt.Model()
     m.setParam("limits/time", limits.remaining_s())
     m.setParam("limits/gap", limits.mip_gap)
@@ -59,7 +63,7 @@ def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> Ba
     m.includeEventhdlr(_Reporter(xs, model, limits, on_progress), "remat-progress",
                        "reports incumbents and bounds, stops on request")
     m.optimize()
-    return _result(m, xs, model)
+    return _result(m, xs, model, scales)
 
 
 def _finite(value: float) -> float | None:
@@ -109,7 +113,7 @@ def _bound(m: Any) -> float | None:
     return float(bound) if math.isfinite(bound) and abs(bound) < 1e20 else None
 
 
-def _result(m: Any, xs: list[Any], model: MilpModel) -> BackendResult:
+def _result(m: Any, xs: list[Any], model: MilpModel, scales: np.ndarray) -> BackendResult:
     status = m.getStatus()
     log = [f"SCIP status {status}"]
     if status == "infeasible":
@@ -117,6 +121,6 @@ def _result(m: Any, xs: list[Any], model: MilpModel) -> BackendResult:
     if m.getNSols() == 0:
         return BackendResult(EngineStatus.NO_SOLUTION, bound=_bound(m), log=log)
     sol = m.getBestSol()
-    x = np.array([m.getSolVal(sol, v) for v in xs])
+    x = np.array([m.getSolVal(sol, v) for v in xs]) * scales
     kind = EngineStatus.OPTIMAL if status in ("optimal", "gaplimit") else EngineStatus.FEASIBLE
     return BackendResult(kind, x, m.getSolObjVal(sol), _bound(m), log=log)
