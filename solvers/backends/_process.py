@@ -116,8 +116,7 @@ def _supervise(backend: Backend, model: MilpModel, proc: subprocess.Popen[bytes]
                 progress: SolverProgress = message[1]
                 if progress.bound is not None and np.isfinite(progress.bound):
                     bound = progress.bound if bound is None else max(bound, progress.bound)
-                if progress.watched is not None and (best is None or (progress.objective or np.inf)
-                                                     <= (best.objective or np.inf)):
+                if progress.watched is not None and (best is None or _objective(progress) <= _objective(best)):
                     best = progress
                 on_progress(progress)
             elif kind == "result":
@@ -143,6 +142,10 @@ def _supervise(backend: Backend, model: MilpModel, proc: subprocess.Popen[bytes]
         if stop_sent is not None and now > stop_sent + GRACE_S:
             _kill(proc)
             return _without_result(backend, proc, best, bound, [*tail, f"{backend.name} killed after a stop request"])
+
+
+def _objective(progress: SolverProgress) -> float:
+    return np.inf if progress.objective is None else progress.objective
 
 
 def _without_result(backend: Backend, proc: subprocess.Popen[bytes], best: SolverProgress | None,

@@ -13,6 +13,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +29,10 @@ __all__ = ["AUTO_ORDER", "BACKENDS", "Backend", "available_backends", "choose_ba
 class Backend:
     """A solver engine: ``module`` holds its ``solve(model, limits, on_progress)``.
 
-    ``package`` is the Python package it needs; ``lp`` says whether it can solve a continuous
-    model (the LP relaxation); ``size_limit`` returns the largest model (variables or rows) its
-    licence allows, None for no limit.
+    ``package`` is the Python package it needs and ``runnable(origin)`` checks anything else it
+    needs next to it (CBC's executable); ``lp`` says whether it can solve a continuous model (the
+    LP relaxation); ``licence_limit()`` is the largest model (variables or rows) its licence
+    allows, None for no limit.
     """
 
     name: str
@@ -38,6 +40,8 @@ class Backend:
     module: str
     package: str
     lp: bool = True
+    runnable: Callable[[str | None], bool] = lambda origin: True
+    licence_limit: Callable[[], int | None] = lambda: None
 
     def available(self) -> bool:
         """Whether the engine is installed; cheap, imports nothing."""
@@ -45,11 +49,11 @@ class Backend:
             spec = importlib.util.find_spec(self.package)
         except (ImportError, ValueError):
             return False
-        return spec is not None and (self.name != "cbc" or _cbc_binary(spec.origin) is not None)
+        return spec is not None and self.runnable(spec.origin)
 
     def size_limit(self) -> int | None:
-        """The licence's limit on variables and on rows (only Gurobi's pip licence has one)."""
-        return _gurobi_size_limit() if self.name == "gurobi" else None
+        """The licence's limit on variables and on rows, None for none (only Gurobi's pip licence has one)."""
+        return self.licence_limit()
 
     def solve(self, model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> BackendResult:
         """Run the engine in this process; call this in a solver process only (see run_backend)."""
@@ -58,17 +62,38 @@ class Backend:
         return result
 
 
+def _cbc_binary(pulp_origin: str | None) -> str | None:
+    """PuLP's bundled CBC executables, or a CBC on PATH."""
+    bundled = Path(pulp_origin).parent / "solverdir" / "cbc" if pulp_origin else None
+    if bundled is not None and any(bundled.glob("*/*/cbc")):
+        return str(bundled)
+    return shutil.which("cbc")
+
+
+@functools.cache
+def _gurobi_size_limit() -> int | None:
+    """Probe, in a separate process, whether Gurobi's licence limits the model size (0 when Gurobi cannot start)."""
+    probe = "from remat.solvers.backends._gurobi import licence_size_limit as f; print(f())"
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    except (subprocess.SubprocessError, OSError):
+        return 0
+    text = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "0"
+    return None if text == "None" else int(text)
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("highs", "HiGHS (highspy): the strongest open-source engine for this MILP.",
                 "remat.solvers.backends._highs", "highspy"),
-        Backend("cbc", "COIN-OR CBC through PuLP, run as its own process.", "remat.solvers.backends._cbc", "pulp"),
+        Backend("cbc", "COIN-OR CBC through PuLP, run as its own process.", "remat.solvers.backends._cbc", "pulp",
+                runnable=lambda origin: _cbc_binary(origin) is not None),
         Backend("cpsat", "OR-Tools CP-SAT on the integer-scaled MILP (no LP relaxation).",
                 "remat.solvers.backends._cpsat", "ortools", lp=False),
         Backend("scip", "SCIP (pyscipopt).", "remat.solvers.backends._scip", "pyscipopt"),
         Backend("gurobi", "Gurobi (gurobipy); the pip licence stops at 2,000 variables or constraints.",
-                "remat.solvers.backends._gurobi", "gurobipy"),
+                "remat.solvers.backends._gurobi", "gurobipy", licence_limit=_gurobi_size_limit),
     )
 }
 
@@ -112,6 +137,9 @@ def choose_backend(name: str, model: MilpModel) -> Backend:
     if lp and not b.lp:
         raise BackendUnavailable(f"The {name} backend cannot solve LP relaxations; use highs, cbc, scip or gurobi.")
     limit = b.size_limit()
+    if limit == 0:
+        raise BackendUnavailable(f"The {name} backend cannot start: its licence check failed (try "
+                                 f"`python -c 'import gurobipy; gurobipy.Model().optimize()'`).")
     if limit is not None and max(model.n_vars, model.n_rows) > limit:
         raise BackendUnavailable(
             f"The {name} backend has a size-limited licence (at most {limit:,} variables and {limit:,} "
@@ -120,23 +148,3 @@ def choose_backend(name: str, model: MilpModel) -> Backend:
             f"({', '.join(n for n in available_backends() if n != name) or 'none installed'})."
         )
     return b
-
-
-def _cbc_binary(pulp_origin: str | None) -> str | None:
-    """PuLP's bundled CBC executables, or a CBC on PATH."""
-    bundled = Path(pulp_origin).parent / "solverdir" / "cbc" if pulp_origin else None
-    if bundled is not None and any(bundled.glob("*/*/cbc")):
-        return str(bundled)
-    return shutil.which("cbc")
-
-
-@functools.cache
-def _gurobi_size_limit() -> int | None:
-    """Probe, in a separate process, whether Gurobi's licence limits the model size."""
-    probe = "from remat.solvers.backends._gurobi import licence_size_limit as f; print(f())"
-    try:
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
-    except (subprocess.SubprocessError, OSError):
-        return 0
-    text = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "0"
-    return None if text == "None" else int(text)
