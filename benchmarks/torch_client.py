@@ -11,7 +11,11 @@ allocator routed through it); on CUDA it is the allocator's peak above what was 
 the step. Times are medians over rounds that run every variant once, in turn: CUDA events on a
 GPU; on the CPU, torch runs one intra-op thread and the step is timed by the CPU time the process
 spends, which the load of other processes on a shared machine does not inflate (the wall clock
-does, by several times). remat plans with costs measured the same way.
+does, by several times). remat plans with costs measured the same way. glibc hands large freed
+blocks back to the kernel and page-faults them in again at the next allocation, a cost that grows
+with how often a step frees and allocates (PyTorch's CUDA allocator caches blocks instead); the
+script restarts itself with glibc's trim and mmap thresholds raised, so that the CPU heap keeps
+freed memory for every variant alike.
 
     python benchmarks/torch_client.py                          # all five models (long: compiles)
     python benchmarks/torch_client.py --models gpt --budgets 0.5 --compile-budgets 1.0,0.5
@@ -51,6 +55,9 @@ SIZES: dict[str, dict[str, int]] = {
     "lstm": {"batch_size": 64, "steps": 24, "features": 64, "hidden": 256},
 }
 
+#: glibc settings under which the CPU heap caches freed blocks (see the module docstring).
+HEAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
+
 BASELINES = ("ap-greedy", "linearized-greedy", "ap-sqrtn", "linearized-sqrtn", "chen-greedy", "griewank")
 
 
@@ -88,6 +95,8 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cpu":
+        if any(os.environ.get(k) != v for k, v in HEAP_ENV.items()):
+            os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **HEAP_ENV})
         torch.set_num_threads(1)
     budgets = [float(b) for b in args.budgets.split(",") if b]
     compile_budgets = [float(b) for b in args.compile_budgets.split(",") if b]
