@@ -38,11 +38,28 @@ RECURSE = 0.3
 MAX_RELIEF = 3
 """Most computations one relief adds."""
 
+MAX_CLOSURE = 64
+"""Most computations a *closing* relief adds: one that recomputes every dep that is not resident,
+as checkpointing a chain needs (a segment recomputed from its last checkpoint). Which kind of
+relief to make: see :data:`CLOSING_WHEN_OVER` and :data:`CLOSING_WHEN_STUCK`."""
+
+CLOSING_WHEN_OVER = 0.02
+"""Share of closing reliefs while the state is over budget (none while it fits: they cost much)."""
+
+CLOSING_WHEN_STUCK = 0.5
+"""Share of closing reliefs while nothing that fits has been found, or the greedy descent is stuck."""
+
 P_DROP = 0.45
 """Share of moves that drop an extra computation (the rest are reliefs)."""
 
 CANDIDATES = 12
 """Reliefs compared at each step of the greedy descent."""
+
+DESCENT_PATIENCE = 20
+"""Rounds without progress after which the greedy descent hands over to the annealing."""
+
+STUCK_ROUNDS = 3
+"""Rounds without progress after which the greedy descent also tries closing reliefs."""
 
 COOLING = 1e-3
 """Final temperature as a fraction of the initial one."""
@@ -225,14 +242,16 @@ class Annealer:
             dropped = [self.extras[rng.randrange(len(self.extras))]]
             self._remove(dropped)
         else:
-            added = self._relief() or []
+            closure = self._pick_closure()
+            added = self._relief(closure) or []
             if not added:
                 return False
             self._add(added)
         excess = self._excess()
         delta = sum(tl.cost[v] for v, _ in added) - sum(tl.cost[v] for v, _ in dropped) \
             + self.weight * (excess - self.excess)
-        if delta <= 0 or rng.random() < math.exp(-delta / temperature):
+        kept = delta <= 0 or rng.random() < math.exp(-delta / temperature)
+        if kept:
             self.excess = excess
             return True
         self._remove(added)
@@ -240,11 +259,16 @@ class Annealer:
         return False
 
     def _descend(self, ctx: SolveContext) -> None:
-        """Greedy descent to the budget: apply the best of a few reliefs by memory freed per cost."""
-        while self.excess > 0 and not ctx.stopped():
+        """Greedy descent to the budget: apply the best of a few reliefs by memory freed per cost.
+
+        Gives up (and leaves the rest to the annealing) after :data:`DESCENT_PATIENCE` rounds in a
+        row in which no relief reduced the excess.
+        """
+        stuck = 0
+        while self.excess > 0 and stuck < DESCENT_PATIENCE and not ctx.stopped():
             best: tuple[float, list[tuple[int, int]], int] | None = None
             for _ in range(CANDIDATES):
-                moves = self._relief()
+                moves = self._relief(self._pick_closure(stuck >= STUCK_ROUNDS))
                 if not moves:
                     continue
                 self._add(moves)
@@ -254,16 +278,28 @@ class Annealer:
                     score = (self.excess - excess) / (sum(self.tl.cost[v] for v, _ in moves) + self.epsilon)
                     if best is None or score > best[0]:
                         best = (score, moves, excess)
-            if best is not None:
-                self._add(best[1])
-                self.excess = best[2]
+            if best is None:
+                stuck += 1
+                continue
+            stuck = 0
+            self._add(best[1])
+            self.excess = best[2]
 
-    def _relief(self) -> list[tuple[int, int]] | None:
+    def _pick_closure(self, stuck: bool = False) -> bool:
+        """Whether the next relief is a closing one: never while the state fits, rarely while it does
+        not, often once the annealing has found nothing that fits yet or the greedy descent is ``stuck``."""
+        if self.excess == 0:
+            return False
+        share = CLOSING_WHEN_STUCK if stuck or (self.best is None and self.moves) else CLOSING_WHEN_OVER
+        return self.rng.random() < share
+
+    def _relief(self, closure: bool) -> list[tuple[int, int]] | None:
         """Computations that free one value over the peak of a crowded stage, or None if none was found.
 
         Picks a stage over the limit (or one of the fullest tenth), a value resident at its peak
         that the peak's node does not read, and computes it again at the stage of its next read
-        (or, one time in three, at a stage between the peak and that read).
+        (or, one time in three, at a stage between the peak and that read), with some deps, or
+        with all deps that are not resident when ``closure``.
         """
         tl, rng, n = self.tl, self.rng, self.tl.n
         peaks = tl.peaks
@@ -286,20 +322,21 @@ class Annealer:
             if rng.random() < 0.3:
                 r = rng.randrange(t + 1, r + 1)
             if not tl.computes(u, r):
-                return self._with_deps(u, r)
+                return self._with_deps(u, r, closure)
         return None
 
-    def _with_deps(self, u: int, r: int) -> list[tuple[int, int]]:
+    def _with_deps(self, u: int, r: int, closure: bool) -> list[tuple[int, int]]:
         """Compute u at stage r, and some of the deps that are not resident there with it."""
         tl, n = self.tl, self.tl.n
         moves = [(u, r)]
         todo, seen = [u], {u}
-        while todo and len(moves) < MAX_RELIEF:
+        most, recurse = (MAX_CLOSURE, 1.0) if closure else (MAX_RELIEF, RECURSE)
+        while todo and len(moves) < most:
             x = todo.pop()
             for d in tl.deps[x]:
                 if d in seen or tl.computes(d, r) or tl.live_at(d, r * n + x):
                     continue
-                if len(moves) < MAX_RELIEF and self.rng.random() < RECURSE:
+                if len(moves) < most and self.rng.random() < recurse:
                     seen.add(d)
                     moves.append((d, r))
                     todo.append(d)

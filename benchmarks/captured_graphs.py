@@ -1,0 +1,52 @@
+"""Capture real PyTorch training steps into benchmarks/graphs/captured/ for benchmarks/large.py.
+
+One model per family, sized to put the graph in the 150 to 2,000 node range of real captured
+graphs: a ResNet (convolutional), a U-Net (skip connections), a GPT (transformer with dropout)
+and an unrolled LSTM (recurrent). The models are the PyTorch client's test models
+(tests/torch_models.py); ``remat.clients.torch.export_graph`` captures the joint forward and
+backward graph through AOTAutograd, folds views into their producers and costs nodes with the
+FLOP model. Needs torch (``pip install remat[torch]``).
+
+    python benchmarks/captured_graphs.py            # writes the four JSON files
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from torch_models import MODELS  # noqa: E402
+
+from remat.clients.torch import export_graph  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "graphs" / "captured"
+
+CAPTURES: dict[str, tuple[str, int | None, dict[str, int]]] = {
+    "resnet-8x3": ("resnet", 8, {"blocks": 8, "width": 16, "image": 32}),
+    "unet-6": ("unet", 8, {"levels": 6, "width": 4, "image": 256}),
+    "gpt-12": ("gpt", 4, {"layers": 12, "dim": 64, "context": 64}),
+    "lstm-48": ("lstm", 8, {"steps": 48}),
+}
+"""Name: (model factory, batch size, sizes)."""
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, (factory, batch, sizes) in CAPTURES.items():
+        started = time.monotonic()
+        model, inputs, loss_fn = MODELS[factory](batch, **sizes)
+        graph = export_graph(model, inputs, loss_fn=loss_fn)
+        doc = graph.to_json()
+        doc["name"] = name
+        (OUT / f"{name}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        print(f"{name}: {graph.size} nodes, {graph.edge_count} edges, captured in "
+              f"{time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The checkmate strategy on real-size graphs against the published numbers.
+
+For every graph of benchmarks/graphs (the Checkmate paper's and Moccasin's) and of
+benchmarks/graphs/captured (real PyTorch training steps, see captured_graphs.py), at each budget
+ratio: ``solve(strategy="checkmate")`` with the default path choice (``anneal`` above 100 nodes,
+``anneal-milp`` below), a time limit and a thread count, as a user gets it. Each row gives the
+overhead of the returned (simulated) plan, the proved lower bound as an overhead, the status, when
+the first plan that fits and the final plan were reported (progress events, seconds since the
+start), the best baseline's overhead and the published Checkmate-MILP and Moccasin results.
+
+    python benchmarks/large.py                                   # everything: about 45 minutes
+    python benchmarks/large.py --graphs rl1000,resnet50 --ratios 0.8 --time-limit 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from remat.schedules import Graph, resolve_budget
+from remat.solvers import Progress, solve
+
+GRAPHS = Path(__file__).resolve().parent / "graphs"
+
+PUBLISHED: dict[tuple[str, float], tuple[str, str]] = {
+    ("fcn8", 0.9): ("0.0 %, 6.3 s", "0.0 %, 3.1 s"),
+    ("fcn8", 0.8): ("0.1 %, 5.6 s", "0.1 %, 3.1 s"),
+    ("rl100", 0.9): ("0.8 %, 18.5 s", "0.8 %, 9.3 s"),
+    ("rl100", 0.8): ("2.3 %, 22.7 s", "2.3 %, 9.5 s"),
+    ("rl250", 0.9): ("0.9 %, 685 s", "0.9 %, 55 s"),
+    ("rl250", 0.8): ("none in 1 h", "4.9 %, 640 s"),
+    ("resnet50", 0.9): ("0.1 %, 434 s", "0.2 %, 65 s"),
+    ("resnet50", 0.8): ("0.3 %, 485 s", "0.3 %, 69 s"),
+    ("rl500", 0.9): ("none in 1 h", "0.7 %, 1,803 s"),
+    ("rl500", 0.8): ("none in 1 h", "3.4 %, 1,805 s"),
+    ("rl1000", 0.9): ("none in 1 h", "0.7 %, 3,613 s"),
+    ("rl1000", 0.8): ("none in 1 h", "3.4 %, 3,612 s"),
+}
+"""(graph, ratio): (Checkmate MILP with Gurobi, Moccasin with CP-SAT on 16 workers): overhead, time."""
+
+_BASELINE = re.compile(r"best baseline: ([\w-]+), cost ([0-9.e+-]+)")
+
+
+def graph_paths(names: list[str] | None) -> list[Path]:
+    paths = sorted(GRAPHS.glob("*.json"), key=lambda p: Graph.from_path(str(p)).size) \
+        + sorted((GRAPHS / "captured").glob("*.json"))
+    return [p for p in paths if names is None or p.stem in names]
+
+
+def percent(value: float | None, base: float) -> str:
+    return "-" if value is None else f"{100 * (value / base - 1):.3f} %"
+
+
+def run(path: Path, ratio: float, time_limit_s: float, threads: int) -> str:
+    g = Graph.from_path(str(path))
+    budget = resolve_budget(g, budget_ratio=ratio)
+    published = PUBLISHED.get((path.stem, ratio), ("", ""))
+    head = f"| {path.stem} | {g.size} | {ratio} |"
+    if budget < g.min_feasible_budget:
+        return f"{head} infeasible (under the smallest feasible budget) | | | | | | | {' | '.join(published)} |"
+    events: list[Progress] = []
+    result = solve(g, budget=budget, strategy="checkmate", time_limit_s=time_limit_s, threads=threads,
+                   on_progress=events.append)
+    fitting = [p for p in events if p.incumbent_cost is not None]
+    first = f"{fitting[0].elapsed_s:.2f}" if fitting else "-"
+    final = next((p.elapsed_s for p in fitting if result.cost is not None
+                  and abs(p.incumbent_cost - result.cost) <= 1e-9 * max(1.0, result.cost)), None)
+    baselines = [float(m.group(2)) for line in result.log if (m := _BASELINE.search(line))]
+    baseline = percent(min(baselines), g.base_cost) if baselines else "none fits"
+    status = result.status.value + (f" ({result.fallback})" if result.fallback else "")
+    return (f"{head} {percent(result.cost, g.base_cost)} | {percent(result.lower_bound, g.base_cost)} | {status} | "
+            f"{first} | {'-' if final is None else f'{final:.1f}'} | {result.solve_time_s:.1f} | {baseline} | "
+            f"{' | '.join(published)} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graphs", help="comma-separated graph names (default: all)")
+    parser.add_argument("--ratios", default="0.9,0.8,0.6")
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    names = args.graphs.split(",") if args.graphs else None
+    ratios = [float(r) for r in args.ratios.split(",")]
+    print(f"{platform.node()}, {os.cpu_count()} CPUs, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; "
+          f"time limit {args.time_limit:g} s, {args.threads} threads; load average at start "
+          f"{os.getloadavg()[0]:.1f}\n")
+    print("| graph | nodes | r | overhead | lower bound | status | first plan (s) | final plan (s) | time (s) "
+          "| best baseline | Checkmate MILP (published) | Moccasin (published) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    started = time.monotonic()
+    for path in graph_paths(names):
+        for ratio in ratios:
+            print(run(path, ratio, args.time_limit, args.threads), flush=True)
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}; {time.monotonic() - started:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()
