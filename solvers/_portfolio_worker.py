@@ -4,8 +4,9 @@ Reads one request frame from stdin, ``(graph document, budget, seed, time limit,
 tasks in order and writes what they find as frames to the original stdout:
 
 - ``baselines``: ``("baseline", name, R, S, cost)`` for the cheapest baseline that fits;
-- ``bound``: ``("bound", value, how)`` for the LP bound of :mod:`._bound`, then the MIP bound
-  when the relaxation is small enough (it may take :data:`MIP_SHARE` of the time limit);
+- ``bound``: ``("bound", value, how)`` for the LP bound of :mod:`._bound` (within
+  :data:`LP_SHARE` of the time limit), then the MIP bound when the relaxation is small enough
+  (within :data:`MIP_SHARE`);
 - ``anneal``: ``("best", cost, extras)`` for each new best of an annealing chain.
 
 ``("log", line)`` frames carry notes and failures. Any frame on stdin, or its end (the parent is
@@ -30,7 +31,10 @@ from ._context import SolveContext
 from ._fallback import best_baseline
 from .backends._process import read_frame, write_frame
 
-__all__ = ["MIP_COLUMNS", "MIP_SHARE", "main"]
+__all__ = ["LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "main"]
+
+LP_SHARE = 0.5
+"""Share of the time limit the bound may spend on its LP (an LP not solved by then proves nothing)."""
 
 MIP_SHARE = 0.25
 """Share of the time limit the bound may spend as a MIP once its LP is solved."""
@@ -78,7 +82,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
 
 
 def _bounds(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> None:
-    lp = retention_bound(graph, budget, time_limit_s=ctx.remaining_s())
+    lp = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), LP_SHARE * ctx.time_limit_s))
     if lp is not None:
         send(("bound", lp, "retention LP"))
     columns = 2 * sum(max(0, us[-1] - v - len(us)) for v, us in enumerate(graph.users) if us)
