@@ -53,9 +53,15 @@ def portfolio(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | Non
                 tasks=(*first, "anneal") if k == 0 else ("anneal",))
         for k in range(ctx.threads - 1)
     ] or [_Helper(graph, budget, pool, seed=1, time_limit_s=ctx.remaining_s(), tasks=first)]
+
+    def tend(annealer: Annealer) -> bool:
+        for helper in helpers:
+            helper.tell(pool.cost)
+        return pool.tend(annealer)
+
     try:
         annealer = Annealer(graph, budget, seed=0)
-        annealer.run(ctx, on_best=lambda cost, extras: pool.offer(cost, extras, "anneal"), every=pool.tend)
+        annealer.run(ctx, on_best=lambda cost, extras: pool.offer(cost, extras, "anneal"), every=tend)
     finally:
         for helper in helpers:
             helper.stop()
@@ -163,7 +169,7 @@ class _Helper:
 
     def __init__(self, graph: Graph, budget: int, pool: _Pool, *, seed: int, time_limit_s: float,
                  tasks: tuple[str, ...]) -> None:
-        self.pool, self.seed = pool, seed
+        self.pool, self.seed, self.told = pool, seed, math.inf
         self.process = subprocess.Popen(
             [sys.executable, "-m", "remat.solvers._portfolio_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -176,9 +182,18 @@ class _Helper:
         except (BrokenPipeError, OSError):
             pool.note(f"helper {seed} did not start")
 
+    def tell(self, cost: float) -> None:
+        """Let the helper know the best cost so far (it decides whether a MIP bound is worth its time)."""
+        if cost < self.told:
+            self.told = cost
+            self._send(("best", cost))
+
     def stop(self) -> None:
+        self._send(("stop",))
+
+    def _send(self, message: tuple[object, ...]) -> None:
         try:
-            write_frame(self.process.stdin, ("stop",))  # type: ignore[arg-type]
+            write_frame(self.process.stdin, message)  # type: ignore[arg-type]
         except (BrokenPipeError, OSError, ValueError):
             pass
 

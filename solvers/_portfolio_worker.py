@@ -9,12 +9,14 @@ tasks in order and writes what they find as frames to the original stdout:
   (within :data:`MIP_SHARE`);
 - ``anneal``: ``("best", cost, extras)`` for each new best of an annealing chain.
 
-``("log", line)`` frames carry notes and failures. Any frame on stdin, or its end (the parent is
-gone), stops the work; the process then exits.
+``("log", line)`` frames carry notes and failures. On stdin, ``("best", cost)`` frames tell the
+best cost found so far (the MIP bound runs only when the LP bound already explains most of the
+overhead); ``("stop",)``, or the end of stdin (the parent is gone), stops the work and the process.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -31,7 +33,7 @@ from ._context import SolveContext
 from ._fallback import best_baseline
 from .backends._process import read_frame, write_frame
 
-__all__ = ["LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "main"]
+__all__ = ["LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "main", "run_tasks"]
 
 LP_SHARE = 0.5
 """Share of the time limit the bound may spend on its LP (an LP not solved by then proves nothing)."""
@@ -41,6 +43,10 @@ MIP_SHARE = 0.25
 
 MIP_COLUMNS = 300_000
 """Largest relaxation (in columns) worth solving as a MIP."""
+
+MIP_WHEN_EXPLAINED = 0.8
+"""The MIP runs only when the LP bound accounts for this share of the best plan's overhead (the
+MIP closes small gaps, as on layer graphs, not the large ones of random layered graphs)."""
 
 Send = Callable[[tuple[Any, ...]], None]
 
@@ -57,9 +63,10 @@ def main() -> None:
         with lock:
             write_frame(protocol, message)
 
-    threading.Thread(target=_watch, args=(requests, ctx), daemon=True).start()
+    best = [math.inf]
+    threading.Thread(target=_watch, args=(requests, ctx, best), daemon=True).start()
     try:
-        run_tasks(Graph.from_json(doc), budget, seed, ctx, tasks, send)
+        run_tasks(Graph.from_json(doc), budget, seed, ctx, tasks, send, best)
     except Exception:  # every failure goes back to the parent as a note
         send(("log", f"helper {seed} failed: {traceback.format_exc(limit=3)}"))
     finally:
@@ -67,36 +74,53 @@ def main() -> None:
         os._exit(0)
 
 
-def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tuple[str, ...], send: Send) -> None:
-    """Run ``tasks`` in order until ``ctx`` stops, sending what they find."""
+def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tuple[str, ...], send: Send,
+              best: list[float]) -> None:
+    """Run ``tasks`` until ``ctx`` stops, sending what they find; ``best[0]`` is the parent's best cost.
+
+    The MIP bound waits until the LP bound explains :data:`MIP_WHEN_EXPLAINED` of the best plan's
+    overhead (the chain, if any, pauses for it), and gets :data:`MIP_SHARE` of the time limit.
+    """
     started = time.monotonic()
     if "baselines" in tasks:
-        best = best_baseline(graph, budget, ctx)
-        if best is not None:
-            send(("baseline", best.name, best.schedule.R, best.schedule.S, best.cost))
+        baseline = best_baseline(graph, budget, ctx)
+        if baseline is not None:
+            send(("baseline", baseline.name, baseline.schedule.R, baseline.schedule.S, baseline.cost))
+            best[0] = min(best[0], baseline.cost)
         send(("log", f"baselines done after {time.monotonic() - started:.1f} s"))
+    lp = None
     if "bound" in tasks and not ctx.stopped():
-        _bounds(graph, budget, ctx, send)
-    if "anneal" in tasks and not ctx.stopped():
-        Annealer(graph, budget, seed=seed).run(ctx, on_best=lambda cost, extras: send(("best", cost, extras)))
-
-
-def _bounds(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> None:
-    lp = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), LP_SHARE * ctx.time_limit_s))
-    if lp is not None:
-        send(("bound", lp, "retention LP"))
+        lp = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), LP_SHARE * ctx.time_limit_s))
+        if lp is not None:
+            send(("bound", lp, "retention LP"))
     columns = 2 * sum(max(0, us[-1] - v - len(us)) for v, us in enumerate(graph.users) if us)
-    share = min(ctx.remaining_s(), MIP_SHARE * ctx.time_limit_s)
-    if columns <= MIP_COLUMNS and share > 1.0 and not ctx.stopped():
-        mip = retention_bound(graph, budget, time_limit_s=share, integral=True)
-        if mip is not None and (lp is None or mip > lp):
-            send(("bound", mip, "retention MIP"))
+    mip_wanted = lp is not None and columns <= MIP_COLUMNS
+
+    def mip_due(_: Annealer | None = None) -> bool:
+        overhead = best[0] - graph.base_cost
+        return mip_wanted and overhead > 0 and lp - graph.base_cost >= MIP_WHEN_EXPLAINED * overhead
+
+    annealer = Annealer(graph, budget, seed=seed) if "anneal" in tasks else None
+    while not ctx.stopped():
+        if mip_due():
+            mip_wanted = False
+            mip = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), MIP_SHARE * ctx.time_limit_s),
+                                  integral=True)
+            if mip is not None and mip > lp:
+                send(("bound", mip, "retention MIP"))
+        elif annealer is not None:
+            annealer.run(ctx, on_best=lambda cost, extras: send(("best", cost, extras)), every=mip_due)
+        elif mip_wanted:
+            ctx.stop_event.wait(0.2)
+        else:
+            break
 
 
-def _watch(requests: IO[bytes], ctx: SolveContext) -> None:
-    """Stop at the first frame on stdin or at its end."""
+def _watch(requests: IO[bytes], ctx: SolveContext, best: list[float]) -> None:
+    """Record the parent's best costs; stop at a stop frame or at the end of stdin."""
     try:
-        read_frame(requests)
+        while (message := read_frame(requests))[0] == "best":
+            best[0] = min(best[0], message[1])
     except (EOFError, OSError):
         pass
     ctx.stop_event.set()
