@@ -29,6 +29,7 @@ from remat.schedules import Graph, Schedule
 from ._anneal import Annealer, timeline_from_schedule
 from ._context import Outcome, SolveContext
 from ._fallback import Baseline
+from ._portfolio_worker import MIP_WHEN_EXPLAINED
 from ._timeline import Timeline
 from .backends._process import read_frame, write_frame
 
@@ -178,7 +179,7 @@ class _Helper:
         self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
         self.reader.start()
         try:
-            write_frame(self.process.stdin, (graph.to_json(), budget, seed, time_limit_s, tasks))
+            write_frame(self.process.stdin, (graph.to_json(), budget, seed, time_limit_s, tasks, MIP_WHEN_EXPLAINED))
         except (BrokenPipeError, OSError):
             pool.note(f"helper {seed} did not start")
 

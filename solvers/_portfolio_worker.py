@@ -1,17 +1,18 @@
 """A helper process of the anneal path: ``python -m remat.solvers._portfolio_worker``.
 
-Reads one request frame from stdin, ``(graph document, budget, seed, time limit, tasks)``, runs the
-tasks in order and writes what they find as frames to the original stdout:
+Reads one request frame from stdin, ``(graph document, budget, seed, time limit, tasks, explained)``,
+runs the tasks and writes what they find as frames to the original stdout:
 
 - ``baselines``: ``("baseline", name, R, S, cost)`` for the cheapest baseline that fits;
 - ``bound``: ``("bound", value, how)`` for the LP bound of :mod:`._bound` (within
-  :data:`LP_SHARE` of the time limit), then the MIP bound when the relaxation is small enough
-  (within :data:`MIP_SHARE`);
+  :data:`LP_SHARE` of the time limit), then, when the relaxation is small enough, the MIP bound
+  (within :data:`MIP_SHARE`) once the LP bound accounts for the share ``explained`` of the best
+  plan's overhead (0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
 - ``anneal``: ``("best", cost, extras)`` for each new best of an annealing chain.
 
 ``("log", line)`` frames carry notes and failures. On stdin, ``("best", cost)`` frames tell the
-best cost found so far (the MIP bound runs only when the LP bound already explains most of the
-overhead); ``("stop",)``, or the end of stdin (the parent is gone), stops the work and the process.
+best cost found so far; ``("stop",)``, or the end of stdin (the parent is gone), stops the work
+and the process.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def main() -> None:
     protocol = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything an engine prints goes to stderr, not into the frames
     requests = sys.stdin.buffer
-    doc, budget, seed, time_limit_s, tasks = read_frame(requests)
+    doc, budget, seed, time_limit_s, tasks, explained = read_frame(requests)
     ctx = SolveContext(time_limit_s=time_limit_s, threads=1)
     lock = threading.Lock()
 
@@ -66,7 +67,7 @@ def main() -> None:
     best = [math.inf]
     threading.Thread(target=_watch, args=(requests, ctx, best), daemon=True).start()
     try:
-        run_tasks(Graph.from_json(doc), budget, seed, ctx, tasks, send, best)
+        run_tasks(Graph.from_json(doc), budget, seed, ctx, tasks, send, best, explained=explained)
     except Exception:  # every failure goes back to the parent as a note
         send(("log", f"helper {seed} failed: {traceback.format_exc(limit=3)}"))
     finally:
@@ -75,10 +76,10 @@ def main() -> None:
 
 
 def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tuple[str, ...], send: Send,
-              best: list[float]) -> None:
+              best: list[float], *, explained: float = MIP_WHEN_EXPLAINED) -> None:
     """Run ``tasks`` until ``ctx`` stops, sending what they find; ``best[0]`` is the parent's best cost.
 
-    The MIP bound waits until the LP bound explains :data:`MIP_WHEN_EXPLAINED` of the best plan's
+    The MIP bound waits until the LP bound explains the share ``explained`` of the best plan's
     overhead (the chain, if any, pauses for it), and gets :data:`MIP_SHARE` of the time limit.
     """
     started = time.monotonic()
@@ -98,7 +99,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
 
     def mip_due(_: Annealer | None = None) -> bool:
         overhead = best[0] - graph.base_cost
-        return mip_wanted and overhead > 0 and lp - graph.base_cost >= MIP_WHEN_EXPLAINED * overhead
+        return mip_wanted and (explained <= 0 or 0 < overhead <= (lp - graph.base_cost) / explained)
 
     annealer = Annealer(graph, budget, seed=seed) if "anneal" in tasks else None
     while not ctx.stopped():

@@ -53,12 +53,13 @@ def test_the_path_is_picked_by_size() -> None:
     assert not PATHS["anneal"].baselines_first
 
 
-def worker(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30) -> list[tuple]:
-    """Everything a helper process sends for one request, until it ends."""
+def worker(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30,
+           explained: float = 0.0) -> list[tuple]:
+    """Everything a helper process sends for one request (MIP bound at once by default), until it ends."""
     proc = subprocess.Popen([sys.executable, "-m", "remat.solvers._portfolio_worker"], cwd=ROOT,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
-    write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks))
+    write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks, explained))
     messages = []
     try:
         while True:
