@@ -5,7 +5,8 @@ The state is a :class:`Timeline` (where each node is computed; retention follows
 - a *relief* computes a value again just before its next read, freeing it over the gap where a
   crowded stage peaks; the deps it needs that are not resident then are either kept alive or,
   with probability :data:`RECURSE` each (at most :data:`MAX_RELIEF` computations in all),
-  recomputed with it;
+  recomputed with it; a *closing* relief recomputes all of them, up to :data:`MAX_CLOSURE` (a
+  chain's segment from its last checkpoint), and is used while the search is stuck over budget;
 - a *drop* removes one extra computation.
 
 A move's score is its cost plus a weighted penalty on memory over the budget (summed over
@@ -21,7 +22,7 @@ import math
 import random
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -118,8 +119,8 @@ def anneal(graph: Graph, budget: int, ctx: SolveContext, start: Schedule | None 
 
     def report(cost: float, extras: list[tuple[int, int]]) -> None:
         nonlocal last
-        if annealer.first_at_s == annealer.best_at_s or time.monotonic() >= last + _REPORT_EVERY_S:
-            ctx.report(incumbent_cost=cost, message="anneal: new best")
+        if last == -math.inf or time.monotonic() >= last + _REPORT_EVERY_S:
+            ctx.report(incumbent_cost=cost)
             last = time.monotonic()
 
     annealer.run(ctx, moves=moves, on_best=report)
@@ -158,7 +159,9 @@ class Annealer:
         self.excess = self._excess()
         self.best: list[tuple[int, int]] | None = None
         self.best_extra = math.inf
+        self.created = time.monotonic()
         self.best_at_s: float | None = None
+        """Seconds from creation to the best state (and to the first that fit)."""
         self.first_at_s: float | None = None
         self.moves = 0
 
@@ -201,7 +204,7 @@ class Annealer:
         horizon = max(ctx.remaining_s(), 1e-3)
 
         def improved() -> None:
-            if self._remember(time.monotonic() - started) and on_best is not None:
+            if self._remember() and on_best is not None:
                 on_best(self.graph.base_cost + self.best_extra, list(self.extras))
 
         self._descend(ctx)
@@ -227,11 +230,11 @@ class Annealer:
                 self.weight /= 1.01
 
     def adopt(self, extras: list[tuple[int, int]]) -> None:
-        """Move to the state with these extra computations (found by another run)."""
+        """Move to the state with these extra computations (found by another run), and keep it if it is the best."""
         wanted, current = set(extras), set(self.extras)
-        self._remove(sorted(current - wanted))
-        self._add(sorted(wanted - current))
+        self._edit(added=sorted(wanted - current), removed=sorted(current - wanted))
         self.excess = self._excess()
+        self._remember()
 
     def _step(self, temperature: float) -> bool:
         """One move, kept or undone by the Metropolis rule; True when it was kept."""
@@ -240,13 +243,13 @@ class Annealer:
         added: list[tuple[int, int]] = []
         if self.extras and rng.random() < P_DROP:
             dropped = [self.extras[rng.randrange(len(self.extras))]]
-            self._remove(dropped)
+            self._edit(removed=dropped)
         else:
             closure = self._pick_closure()
             added = self._relief(closure) or []
             if not added:
                 return False
-            self._add(added)
+            self._edit(added=added)
         excess = self._excess()
         delta = sum(tl.cost[v] for v, _ in added) - sum(tl.cost[v] for v, _ in dropped) \
             + self.weight * (excess - self.excess)
@@ -254,8 +257,7 @@ class Annealer:
         if kept:
             self.excess = excess
             return True
-        self._remove(added)
-        self._add(dropped)
+        self._edit(added=dropped, removed=added)
         return False
 
     def _descend(self, ctx: SolveContext) -> None:
@@ -271,9 +273,9 @@ class Annealer:
                 moves = self._relief(self._pick_closure(stuck >= STUCK_ROUNDS))
                 if not moves:
                     continue
-                self._add(moves)
+                self._edit(added=moves)
                 excess = self._excess()
-                self._remove(moves)
+                self._edit(removed=moves)
                 if excess < self.excess:
                     score = (self.excess - excess) / (sum(self.tl.cost[v] for v, _ in moves) + self.epsilon)
                     if best is None or score > best[0]:
@@ -282,7 +284,7 @@ class Annealer:
                 stuck += 1
                 continue
             stuck = 0
-            self._add(best[1])
+            self._edit(added=best[1])
             self.excess = best[2]
 
     def _pick_closure(self, stuck: bool = False) -> bool:
@@ -344,15 +346,19 @@ class Annealer:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
-    def _remember(self, elapsed_s: float) -> bool:
-        """Keep the current state when it fits and beats the best; True when it did."""
+    def _remember(self) -> bool:
+        """Keep the current state when it fits and beats the best; True when it did.
+
+        The cost kept is summed afresh (the running total drifts by rounding over many edits).
+        """
         if self.excess > 0 or self.tl.extra_cost >= self.best_extra - 1e-9 * max(1.0, self.graph.base_cost):
             return False
-        self.best_extra = self.tl.extra_cost
+        cost = self.tl.cost
+        self.best_extra = math.fsum(cost[v] for v, _ in self.extras)
         self.best = list(self.extras)
-        self.best_at_s = elapsed_s
+        self.best_at_s = time.monotonic() - self.created
         if self.first_at_s is None:
-            self.first_at_s = elapsed_s
+            self.first_at_s = self.best_at_s
         return True
 
     def _excess(self) -> int:
@@ -370,12 +376,10 @@ class Annealer:
             self.extras[i] = last
             self._where[last] = i
 
-    def _add(self, moves: list[tuple[int, int]]) -> None:
-        for v, t in moves:
-            self.tl.add(v, t)
-            self._track(v, t)
-
-    def _remove(self, moves: list[tuple[int, int]]) -> None:
-        for v, t in reversed(moves):
-            self.tl.remove(v, t)
+    def _edit(self, *, added: Sequence[tuple[int, int]] = (), removed: Sequence[tuple[int, int]] = ()) -> None:
+        """Change the timeline (removals first) and the list of extra computations with it."""
+        self.tl.edit(added=added, removed=removed)
+        for v, t in removed:
             self._untrack(v, t)
+        for v, t in added:
+            self._track(v, t)

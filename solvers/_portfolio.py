@@ -88,6 +88,7 @@ class _Pool:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _reported_at: float = -math.inf
     _pending: bool = False
+    _handed: str = ""
 
     def offer(self, cost: float, extras: list[tuple[int, int]], source: str) -> None:
         with self._lock:
@@ -119,13 +120,18 @@ class _Pool:
 
     def proved(self) -> bool:
         """True when the bound shows the best cost is optimal within the context's gap."""
-        return self.bound is not None and self.cost - self.bound <= self.ctx.mip_gap * self.cost + 1e-9
+        return self.bound is not None and self.cost < math.inf \
+            and self.cost - self.bound <= self.ctx.mip_gap * self.cost + 1e-9
 
     def tend(self, annealer: Annealer) -> bool:
-        """Between moves: hand a plan to a chain that has none, flush a held report; True to stop."""
+        """Between moves: hand a chain the best plan when it has none or a baseline beats it; flush a
+        held report; True to stop (the bound proves the best plan optimal)."""
         with self._lock:
-            if annealer.best is None and self.extras is not None:
+            baseline_news = self.baseline is not None and self.source == self.baseline[0] \
+                and self._handed != self.source and (annealer.best_cost is None or self.cost < annealer.best_cost)
+            if self.extras is not None and (annealer.best is None or baseline_news):
                 annealer.adopt(self.extras)
+                self._handed = self.source
             if self._pending:
                 self._report(force=False)
         return self.proved()

@@ -83,6 +83,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
     overhead (the chain, if any, pauses for it), and gets :data:`MIP_SHARE` of the time limit.
     """
     started = time.monotonic()
+    baseline = None
     if "baselines" in tasks:
         baseline = best_baseline(graph, budget, ctx)
         if baseline is not None:
@@ -101,7 +102,8 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         overhead = best[0] - graph.base_cost
         return mip_wanted and (explained <= 0 or 0 < overhead <= (lp - graph.base_cost) / explained)
 
-    annealer = Annealer(graph, budget, seed=seed) if "anneal" in tasks else None
+    start = baseline.schedule if baseline is not None and baseline.cost <= best[0] else None
+    annealer = Annealer(graph, budget, seed=seed, start=start) if "anneal" in tasks else None
     while not ctx.stopped():
         if mip_due():
             mip_wanted = False

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -130,8 +131,29 @@ class Timeline:
 
     def add(self, v: int, t: int) -> None:
         """Compute v again at stage t (t > v, and not already computed there)."""
+        self.edit(added=((v, t),))
+
+    def remove(self, v: int, t: int) -> None:
+        """Drop the computation of v at stage t (t > v)."""
+        self.edit(removed=((v, t),))
+
+    def edit(self, *, added: Iterable[tuple[int, int]] = (), removed: Iterable[tuple[int, int]] = ()) -> None:
+        """Drop the (node, stage) computations ``removed``, then add those in ``added``.
+
+        Every stage whose in-stage part changed is recomputed once, at the end, so a batch (a chain
+        recomputed in one stage) costs one refresh of that stage, not one per computation.
+        """
+        dirty: set[int] = set()
+        for v, t in removed:
+            self._drop(v, t, dirty)
+        for v, t in added:
+            self._compute(v, t, dirty)
+        for s in dirty:
+            self._refresh_stage(s)
+
+    def _compute(self, v: int, t: int, dirty: set[int]) -> None:
         n, key = self.n, t * self.n + v
-        dirty = {t}
+        dirty.add(t)
         k = self.live_copy(v, key)
         stages, ends = self.stages[v], self.ends[v]
         start, end = stages[k], ends[k]
@@ -149,13 +171,10 @@ class Timeline:
             if self.ends[u][j] < key:
                 self._move_end(u, j, key, dirty)
         self.extra_cost += self.cost[v]
-        for s in dirty:
-            self._refresh_stage(s)
 
-    def remove(self, v: int, t: int) -> None:
-        """Drop the computation of v at stage t (t > v)."""
+    def _drop(self, v: int, t: int, dirty: set[int]) -> None:
         n, key = self.n, t * self.n + v
-        dirty = {t}
+        dirty.add(t)
         stages, ends = self.stages[v], self.ends[v]
         k = bisect_left(stages, t)
         start, head, tail = stages[k - 1], ends[k - 1], ends[k]
@@ -172,8 +191,6 @@ class Timeline:
             if self.ends[u][j] == key:
                 self._move_end(u, j, self._last_read(u, self.stages[u][j] * n + u, key), dirty)
         self.extra_cost -= self.cost[v]
-        for s in dirty:
-            self._refresh_stage(s)
 
     def _last_read(self, v: int, start: int, stop: int) -> int:
         """The last slot before ``stop`` at which v is read after ``start``; ``start`` if there is none."""
