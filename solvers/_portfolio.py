@@ -179,8 +179,8 @@ class _Helper:
         self.pool, self.seed, self.told = pool, seed, math.inf
         self.process = subprocess.Popen(
             [sys.executable, "-m", "remat.solvers._portfolio_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # in the solve's process group: killing the solve's group (as the service does) takes it too
         assert self.process.stdin is not None and self.process.stdout is not None
         self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
         self.reader.start()

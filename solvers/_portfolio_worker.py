@@ -32,7 +32,7 @@ from ._anneal import Annealer
 from ._bound import retention_bound
 from ._context import SolveContext
 from ._fallback import best_baseline
-from .backends._process import read_frame, write_frame
+from .backends._process import GRACE_S, read_frame, write_frame
 
 __all__ = ["LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "main", "run_tasks"]
 
@@ -120,13 +120,16 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
 
 
 def _watch(requests: IO[bytes], ctx: SolveContext, best: list[float]) -> None:
-    """Record the parent's best costs; stop at a stop frame or at the end of stdin."""
+    """Record the parent's best costs; stop at a stop frame or at the end of stdin, and exit for good
+    :data:`GRACE_S` later (an engine in the middle of a solve does not look at the stop flag)."""
     try:
         while (message := read_frame(requests))[0] == "best":
             best[0] = min(best[0], message[1])
     except (EOFError, OSError):
         pass
     ctx.stop_event.set()
+    time.sleep(GRACE_S)
+    os._exit(0)
 
 
 if __name__ == "__main__":
