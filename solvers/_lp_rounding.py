@@ -4,8 +4,9 @@ Phase one rounds the fractional retention matrix S* of the LP optimum: a determi
 thresholds (S = S* >= theta for every distinct value theta of S*, thinned to at most
 :data:`MAX_THRESHOLDS`) and randomized rounding (each S[t, i] kept with probability S*[t, i]).
 Phase two completes each candidate with R = the minimal recomputation closure of S. Every candidate
-is simulated and the cheapest that fits the budget is returned; the best baseline is returned
-instead when it is cheaper or when no rounding fits. The LP optimum is a proved lower bound on the
+is simulated and the cheapest that fits the budget is returned; the best baseline (run first, so
+that there is a plan while the LP solves) is returned instead when it is cheaper or when no rounding
+fits. The LP optimum is a proved lower bound on the
 cost of every schedule of Checkmate's form and is reported as such.
 
 References
@@ -55,6 +56,9 @@ def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     Checkmate authors did with a fixed 0.9.
     """
     rounds, seed = _read_options(ctx.options)
+    warm = best_baseline(graph, budget, ctx)
+    if warm is not None:
+        ctx.report(incumbent_cost=warm.cost, message=f"best baseline: {warm.name}, cost {warm.cost:g}")
     outcome = Outcome(None)
     best: tuple[Schedule, Simulation] | None = None
     for factor in BUDGET_FACTORS:
@@ -78,7 +82,6 @@ def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
             outcome.schedule = best[0]
             ctx.report(incumbent_cost=best[1].cost, lower_bound=outcome.lower_bound,
                        message=f"a rounding fits (LP at {factor:g} of the budget)")
-    warm = None if outcome.infeasible else best_baseline(graph, budget, ctx)
     if warm is not None and (best is None or warm.cost < best[1].cost):
         return warm.as_fallback(outcome)
     return outcome
