@@ -5,8 +5,9 @@
 
 Every cell is one ``solve(strategy="checkmate", options={"path": "milp"})`` (the full MILP, warm-started
 from the best baseline) in this process; the engine runs in its own solver process, whose CPU time is
-reported next to the wall time because the machine may be shared. ``--lp`` adds a checkmate-lp row per
-graph and ratio. Overheads are cost / base cost - 1, as in the published table next to them.
+reported next to the wall time because the machine may be shared (an engine killed at its time limit
+is not counted: CPU time is read from reaped processes). ``--lp`` adds a checkmate-lp row per graph
+and ratio. Overheads are cost / base cost - 1, as in the published table next to them.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def run(graph: Any, ratio: float, strategy: str, backend: str, time_limit: float
         result = solve(graph, budget_ratio=ratio, strategy=strategy, backend=backend, time_limit_s=time_limit,
                        threads=threads, options=options, on_progress=on_progress)
     except RematError as e:
-        return [f"{strategy} / {backend}", f"refused: {e}"[:90], "", "", "", "", f"{load:.1f}", "", "", ]
+        return [f"{strategy} / {backend}", f"refused: {str(e).split(';')[0]}", "", "", "", "", f"{load:.1f}", "", ""]
     wall = time.monotonic() - started
     cpu = _children_cpu() - cpu_before
     base = graph.base_cost
