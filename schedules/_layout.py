@@ -146,7 +146,7 @@ def _lifetimes(graph: Graph, plan: Plan) -> list[tuple[int, int, int, int]]:
 def _lowest_gap(offsets: np.ndarray, sizes: np.ndarray, size: int) -> int:
     """Lowest offset where ``size`` bytes fit between the occupied [offset, offset + size) ranges."""
     candidate = 0
-    for off, sz in sorted(zip(offsets.tolist(), sizes.tolist())):
+    for off, sz in sorted(zip(offsets.tolist(), sizes.tolist(), strict=True)):
         if off >= candidate + size:
             break
         candidate = max(candidate, off + sz)

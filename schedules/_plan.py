@@ -137,7 +137,7 @@ def simulate(graph: Graph, plan: Plan) -> Simulation:
             node=missing[0],
         )
     counts_arr = np.array(counts, dtype=np.int64)
-    cost = math.fsum(c * k for c, k in zip(graph.cost.tolist(), counts) if k)
+    cost = math.fsum(c * k for c, k in zip(graph.cost.tolist(), counts, strict=True) if k)
     return Simulation(cost=cost, peak_memory=peak, peak_step=peak_step, timeline=timeline,
                       compute_counts=counts_arr)
 

@@ -48,7 +48,7 @@ class Schedule:
         return {
             "stages": [
                 {"compute": [ids[i] for i in np.flatnonzero(r)], "retain": [ids[i] for i in np.flatnonzero(s)]}
-                for r, s in zip(self.R, self.S)
+                for r, s in zip(self.R, self.S, strict=True)
             ]
         }
 

@@ -13,8 +13,8 @@ from ._result import RESULT_FORMAT, Result, ResultStatus
 from ._segments import segment_schedule
 from ._solve import solve
 from ._strategy import Strategy, check_chain, check_training_graph, every_graph
-from .backends import available_backends
 from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets
+from .backends import available_backends
 
 __all__ = [
     "DEFAULT_MIP_GAP",

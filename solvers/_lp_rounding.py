@@ -65,7 +65,9 @@ def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
         lp_budget = graph.fixed_memory + int(factor * (budget - graph.fixed_memory))
         if best is not None or ctx.stopped() or lp_budget < graph.min_feasible_budget:
             break
-        model = build_checkmate_model(graph, lp_budget)
+        model = build_checkmate_model(graph, lp_budget, ctx.stopped)
+        if model is None:
+            break
         result = _solve_relaxation(model, ctx, outcome)
         if result.status is EngineStatus.INFEASIBLE and factor == 1.0 and model.memory.exact:
             outcome.infeasible = True

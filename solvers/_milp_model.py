@@ -32,6 +32,7 @@ MLSys 2020, sections 4.2 to 4.6.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 
@@ -133,8 +134,12 @@ class CheckmateModel:
         return x
 
 
-def build_checkmate_model(graph: Graph, budget: int) -> CheckmateModel:
+def build_checkmate_model(graph: Graph, budget: int,
+                          stopped: Callable[[], bool] = lambda: False) -> CheckmateModel | None:
     """The Checkmate MILP for ``graph`` under ``budget`` bytes (fixed memory included).
+
+    The build of a large graph takes seconds; it checks ``stopped`` at every stage and returns None
+    once it is true, so that a cancel does not wait for a model nobody will solve.
 
     Examples
     --------
@@ -147,7 +152,7 @@ def build_checkmate_model(graph: Graph, budget: int) -> CheckmateModel:
     >>> m.memory.unit, m.memory.capacity, m.milp.n_vars > 0
     (4, 3, True)
     """
-    return _Builder(graph, budget).build()
+    return _Builder(graph, budget).build(stopped)
 
 
 class _Builder:
@@ -167,7 +172,7 @@ class _Builder:
         self.free_vars: list[tuple[int, int, int, int]] = []
         self.u_vars: list[tuple[int, int, int]] = []
 
-    def build(self) -> CheckmateModel:
+    def build(self, stopped: Callable[[], bool]) -> CheckmateModel | None:
         b, n, cost = self.b, self.n, self.graph.cost
         for t in range(1, n):
             nodes = self.stage_nodes[t]
@@ -178,6 +183,8 @@ class _Builder:
             nodes = self.stage_nodes[t]
             self.S_var[t, nodes] = b.add_variables(len(nodes), lower=0, upper=1, integer=True)
         for t in range(n):
+            if stopped():
+                return None
             self.persistence(t)
             self.dependencies(t)
             frees_after = self.frees(t)

@@ -34,7 +34,9 @@ def engine_limits(ctx: SolveContext) -> Limits:
 
 def solve_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | None) -> Outcome:
     """The ``milp`` path of the checkmate strategy: the full MILP, warm-started from ``warm``."""
-    model = build_checkmate_model(graph, budget)
+    model = build_checkmate_model(graph, budget, ctx.stopped)
+    if model is None:
+        return Outcome(None, log=["stopped while building the model"])
     start = model.encode(warm.schedule) if warm is not None else None
     if warm is not None:
         ctx.report(message=f"MIP start: {warm.name} (cost {warm.cost:g})" if start is not None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from remat.schedules import Graph, Plan, Schedule, Simulation
@@ -13,7 +13,7 @@ __all__ = ["RESULT_FORMAT", "Result", "ResultStatus"]
 RESULT_FORMAT = "remat.result/v1"
 
 
-class ResultStatus(str, Enum):
+class ResultStatus(StrEnum):
     """How a solve ended; the values are DESIGN.md's wire strings."""
 
     OPTIMAL = "optimal"

@@ -1,8 +1,7 @@
 from factories import benchmark_graph, random_dags
 from hypothesis import given, settings
 
-from remat.schedules import checkpoint_all_plan, layout_plan
-from remat.schedules import _layout
+from remat.schedules import _layout, checkpoint_all_plan, layout_plan
 from remat.solvers import checkpoint_last
 
 

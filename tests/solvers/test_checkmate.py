@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 from exhaustive import STAGE_FORM_GAP, plan_optimum, stage_optima
-from factories import chain, random_dags
+from factories import benchmark_graph, chain, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, InvalidRequest
 from remat.solvers import Progress, ResultStatus, solve
 from remat.solvers._checkmate import PATHS
+from remat.solvers._context import SolveContext
+from remat.solvers._milp_solve import solve_milp
 
 
 def budgets_between(g: Graph) -> list[int]:
@@ -96,3 +99,11 @@ def test_bad_options_are_refused_with_a_clear_message(options: dict[str, object]
 def test_the_milp_path_fits_every_graph_and_comes_last() -> None:
     assert list(PATHS)[-1] == "milp"
     assert PATHS["milp"].fits(chain(1000))
+
+
+def test_a_milp_path_that_is_already_stopped_gives_up_before_the_engine_starts() -> None:
+    stopped = threading.Event()
+    stopped.set()
+    g = benchmark_graph("fcn8")
+    outcome = solve_milp(g, g.checkpoint_all_peak, SolveContext(stop_event=stopped), None)
+    assert outcome.schedule is None and outcome.log == ["stopped while building the model"]

@@ -93,3 +93,8 @@ def test_the_objective_carries_the_cost_of_every_first_computation_as_its_consta
     m = build_checkmate_model(g, g.checkpoint_all_peak)
     assert np.isclose(m.real_cost(m.milp.objective_offset), g.base_cost)
     assert np.all(m.milp.objective >= 0)
+
+
+def test_the_build_gives_up_as_soon_as_it_is_stopped() -> None:
+    g = chain(50)
+    assert build_checkmate_model(g, g.checkpoint_all_peak, stopped=lambda: True) is None
