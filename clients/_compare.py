@@ -57,7 +57,7 @@ def compare_on(client: Client, graph: Graph, *, strategies: Sequence[str] | None
     report(f"sweep {started['id']} submitted: {sum(started['counts'].values())} points")
     last = None
     while True:
-        doc = client.get_sweep(started["id"])
+        doc = client.get_sweep(started["id"], summary=True)
         progress = ", ".join(f"{n} {status}" for status, n in doc["counts"].items() if n)
         if progress != last:
             report(f"sweep {doc['id'][:12]}: {progress}")

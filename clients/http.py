@@ -149,17 +149,18 @@ class Client:
         sweep: dict[str, Any] = self._request("POST", "/v1/sweeps", json=body).json()
         return sweep
 
-    def get_sweep(self, sweep_id: str) -> dict[str, Any]:
-        """The sweep: status, its jobs' statuses and every result so far."""
-        sweep: dict[str, Any] = self._request("GET", f"/v1/sweeps/{sweep_id}").json()
+    def get_sweep(self, sweep_id: str, *, summary: bool = False) -> dict[str, Any]:
+        """The sweep: status, its jobs' statuses and every result so far (without schedules, plans
+        and logs when ``summary``)."""
+        params = {"results": "summary"} if summary else None
+        sweep: dict[str, Any] = self._request("GET", f"/v1/sweeps/{sweep_id}", params=params).json()
         return sweep
 
-    def wait_sweep(self, sweep_id: str, *, poll_s: float = 1.0) -> dict[str, Any]:
-        while True:
-            sweep = self.get_sweep(sweep_id)
-            if sweep["status"] in TERMINAL:
-                return sweep
+    def wait_sweep(self, sweep_id: str, *, poll_s: float = 1.0, summary: bool = False) -> dict[str, Any]:
+        """Poll the sweep (results left out) until every job has ended; then the sweep, as get_sweep."""
+        while self.get_sweep(sweep_id, summary=True)["status"] not in TERMINAL:
             time.sleep(poll_s)
+        return self.get_sweep(sweep_id, summary=summary)
 
     def strategies(self) -> dict[str, Any]:
         listing: dict[str, Any] = self._request("GET", "/v1/strategies").json()

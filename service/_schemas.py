@@ -230,11 +230,12 @@ class SweepPublic(SweepSummary):
     results: list[dict[str, Any]] = Field(description="remat.result/v1 of every job that has one")
 
     @classmethod
-    def of(cls, sweep: Sweep, jobs: list[Job]) -> SweepPublic:
+    def of(cls, sweep: Sweep, jobs: list[Job], results: list[dict[str, Any]] | None = None) -> SweepPublic:
+        """``results`` default to the jobs' own (loaded with them); a caller may pass summaries instead."""
         return cls(
             **cls._fields(sweep, jobs), natural_budgets=dict(sweep.natural),
             jobs=[SweepJob(id=j.id, strategy=j.spec.strategy, budget=j.spec.budget, status=j.status) for j in jobs],
-            results=[dict(j.result) for j in jobs if j.result is not None],
+            results=[dict(j.result) for j in jobs if j.result is not None] if results is None else results,
         )
 
 

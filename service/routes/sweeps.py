@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 from starlette.responses import JSONResponse
@@ -34,7 +34,14 @@ def list_sweeps(service: ServiceDep, limit: Annotated[int, Query(ge=1, le=200)] 
 
 
 @router.get("/{sweep_id}", operation_id="get_sweep", response_model=SweepPublic, responses=PROBLEM_RESPONSES)
-def get_sweep(sweep_id: Annotated[str, Path(max_length=200)], service: ServiceDep) -> SweepPublic:
+def get_sweep(sweep_id: Annotated[str, Path(max_length=200)], service: ServiceDep,
+              results: Annotated[Literal["full", "summary"], Query(
+                  description="'summary' leaves each result's schedule, plan and log out: what tables and "
+                              "charts need, many times smaller for large graphs")] = "full") -> SweepPublic:
     """The sweep's status, its jobs' statuses, and every result so far (remat.result/v1)."""
     sweep = service.store.get_sweep(sweep_id)
-    return SweepPublic.of(sweep, service.sweep_jobs(sweep, with_result=True))
+    if results == "full":
+        return SweepPublic.of(sweep, service.sweep_jobs(sweep, with_result=True))
+    jobs = service.sweep_jobs(sweep, with_result=False)
+    summaries = service.store.result_summaries([j.id for j in jobs])
+    return SweepPublic.of(sweep, jobs, [summaries[j.id] for j in jobs if j.id in summaries])

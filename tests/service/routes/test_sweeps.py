@@ -39,6 +39,10 @@ def test_named_strategies_and_budgets(client: TestClient):
     assert all(res["format"] == "remat.result/v1" for res in sweep["results"]) and len(sweep["results"]) == 4
     again = client.post("/v1/sweeps", json=body).json()
     assert again["id"] == summary["id"] and again["status"] == "succeeded"
+    brief = client.get(f"/v1/sweeps/{summary['id']}", params={"results": "summary"}).json()
+    assert [{k: v for k, v in r.items() if k not in ("schedule", "plan", "log")} for r in sweep["results"]] \
+        == brief["results"]
+    assert client.get(f"/v1/sweeps/{summary['id']}", params={"results": "some"}).status_code == 422
 
 
 def test_a_strategy_that_does_not_apply_is_refused_by_name(client: TestClient):
