@@ -213,7 +213,10 @@ class _Helper:
         self.reader.join(_GRACE_S)
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
-                stream.close()
+                try:
+                    stream.close()
+                except OSError:  # the helper is gone: what was still buffered for it no longer matters
+                    pass
 
     def _read(self, stream: IO[bytes]) -> None:
         pool = self.pool

@@ -20,6 +20,7 @@ from remat.solvers import Progress, ResultStatus, SolveContext, solve
 from remat.solvers._anneal_milp import MILP_NODES
 from remat.solvers._checkmate import PATHS
 from remat.solvers._fallback import best_baseline
+from remat.solvers._portfolio import _Helper, _Pool
 from remat.solvers.backends._process import read_frame, write_frame
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +143,19 @@ def test_cancel_keeps_the_best_plan_and_leaves_no_helper_behind() -> None:
 
 
 @pytest.mark.slow
+def test_a_helper_that_died_is_joined_without_an_error() -> None:
+    """A message that could not reach a dead helper stays buffered; closing its pipe must not raise."""
+    g = chain(6)
+    pool = _Pool(g, g.checkpoint_all_peak, SolveContext())
+    helper = _Helper(g, g.checkpoint_all_peak, pool, seed=1, time_limit_s=5, tasks=("anneal",))
+    helper.process.kill()
+    helper.process.wait()
+    helper.tell(1.0)
+    helper.stop()
+    helper.join()
+    assert helper.process.stdin is not None and helper.process.stdin.closed
+
+
 def test_resnet50_at_ninety_percent_is_proved_optimal_at_the_published_overhead() -> None:
     g = benchmark_graph("resnet50")
     result = solve(g, budget_ratio=0.9, strategy="checkmate", time_limit_s=300, threads=2)
