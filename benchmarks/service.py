@@ -239,7 +239,7 @@ def _print(results: dict[str, dict[str, Any]], requests: int, jobs: int) -> None
     print("| deployment | cancel of | cancel to solver gone (s) | job ends | best plan kept |")
     print("|---|---|---|---|---|")
     for name, r in results.items():
-        for key, label in (("cancel_milp", "checkmate on mobilenet, MILP running"),
+        for key, label in (("cancel_milp", "checkmate on mobilenet, annealing with a helper process"),
                            ("cancel_hung", "a hung solver (SIGSTOP), killed after the 5 s grace")):
             if key in r:
                 c = r[key]
