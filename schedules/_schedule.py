@@ -147,10 +147,10 @@ def plan_from_schedule(graph: Graph, schedule: Schedule) -> Plan:
         for pos, v in enumerate(computed):
             for u in deps[v]:
                 last_read[u] = pos
-        for u in np.flatnonzero(resident & ~keep):
-            if int(u) not in last_read:
-                steps.append(("free", int(u)))
-                resident[u] = False
+        for w in map(int, np.flatnonzero(resident & ~keep)):
+            if w not in last_read:
+                steps.append(("free", w))
+                resident[w] = False
         for pos, v in enumerate(computed):
             for u in deps[v]:
                 if not resident[u]:

@@ -109,7 +109,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             mip_wanted = False
             mip = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), MIP_SHARE * ctx.time_limit_s),
                                   integral=True)
-            if mip is not None and mip > lp:
+            if mip is not None and lp is not None and mip > lp:
                 send(("bound", mip, "retention MIP"))
         elif annealer is not None:
             annealer.run(ctx, on_best=lambda cost, extras: send(("best", cost, extras)), every=mip_due)
