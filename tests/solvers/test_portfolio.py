@@ -142,7 +142,6 @@ def test_cancel_keeps_the_best_plan_and_leaves_no_helper_behind() -> None:
     assert children() <= before
 
 
-@pytest.mark.slow
 def test_a_helper_that_died_is_joined_without_an_error() -> None:
     """A message that could not reach a dead helper stays buffered; closing its pipe must not raise."""
     g = chain(6)
@@ -156,6 +155,7 @@ def test_a_helper_that_died_is_joined_without_an_error() -> None:
     assert helper.process.stdin is not None and helper.process.stdin.closed
 
 
+@pytest.mark.slow
 def test_resnet50_at_ninety_percent_is_proved_optimal_at_the_published_overhead() -> None:
     g = benchmark_graph("resnet50")
     result = solve(g, budget_ratio=0.9, strategy="checkmate", time_limit_s=300, threads=2)
