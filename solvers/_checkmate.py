@@ -71,8 +71,6 @@ def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """Solve to optimality (or as far as the time limit allows), never returning worse than the best baseline."""
     path, warm_start = _read_options(ctx.options, graph)
     warm = best_baseline(graph, budget, ctx) if path.baselines_first else None
-    if warm is not None:
-        ctx.report(incumbent_cost=warm.cost, message=f"best baseline: {warm.name}, cost {warm.cost:g}")
     outcome = Outcome(None)
     if not ctx.stopped():
         outcome = path.run(graph, budget, ctx, warm if warm_start else None)

@@ -45,7 +45,10 @@ class Baseline:
 
 
 def best_baseline(graph: Graph, budget: int, ctx: SolveContext) -> Baseline | None:
-    """The cheapest in-budget plan among the baselines that apply to ``graph``, or None if none fits."""
+    """The cheapest in-budget plan among the baselines that apply to ``graph``, or None if none fits.
+
+    A plan found is reported to ``ctx`` as the first incumbent ("best baseline: NAME, cost C").
+    """
     from ._registry import STRATEGIES  # the registry imports the strategies that call this
 
     best: Baseline | None = None
@@ -69,4 +72,6 @@ def best_baseline(graph: Graph, budget: int, ctx: SolveContext) -> Baseline | No
             continue
         if simulation.peak_memory <= budget and (best is None or simulation.cost < best.cost):
             best = Baseline(strategy.name, schedule, simulation)
+    if best is not None:
+        ctx.report(incumbent_cost=best.cost, message=f"best baseline: {best.name}, cost {best.cost:g}")
     return best

@@ -57,8 +57,6 @@ def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """
     rounds, seed = _read_options(ctx.options)
     warm = best_baseline(graph, budget, ctx)
-    if warm is not None:
-        ctx.report(incumbent_cost=warm.cost, message=f"best baseline: {warm.name}, cost {warm.cost:g}")
     outcome = Outcome(None)
     best: tuple[Schedule, Simulation] | None = None
     for factor in BUDGET_FACTORS:

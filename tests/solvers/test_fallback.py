@@ -6,7 +6,7 @@ from factories import chain, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, StrategyNotApplicable
-from remat.solvers import STRATEGIES, SolveContext, solve
+from remat.solvers import STRATEGIES, Progress, SolveContext, solve
 from remat.solvers._fallback import best_baseline
 
 
@@ -34,10 +34,13 @@ def test_the_best_baseline_is_the_cheapest_baseline_plan_that_fits(g: Graph) -> 
     assert fitting[best.name] == best.cost
 
 
-def test_checkpoint_all_is_the_fallback_when_everything_fits() -> None:
+def test_checkpoint_all_is_the_fallback_when_everything_fits_and_is_reported_as_the_first_incumbent() -> None:
     g = chain(5)
-    best = best_baseline(g, g.checkpoint_all_peak, SolveContext())
+    seen: list[Progress] = []
+    best = best_baseline(g, g.checkpoint_all_peak, SolveContext(on_progress=seen.append))
     assert best is not None and (best.name, best.cost) == ("checkpoint-all", g.base_cost)
+    reported = [(p.incumbent_cost, p.message) for p in seen]
+    assert reported == [(g.base_cost, f"best baseline: checkpoint-all, cost {g.base_cost:g}")]
 
 
 def test_nothing_comes_back_when_no_baseline_fits() -> None:
