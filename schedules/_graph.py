@@ -237,10 +237,15 @@ class Graph:
         return float(math.fsum(n.cost for n in self.nodes))
 
     @cached_property
-    def min_feasible_budget(self) -> int:
-        """fixed + max over v of (memory(v) + memory of its deps): no plan fits under it."""
+    def compute_footprint(self) -> np.ndarray:
+        """Per node, memory(v) plus the memory of its deps: what is resident while v is computed."""
         mem = [n.memory for n in self.nodes]
-        return self.fixed_memory + max(mem[v] + sum(mem[u] for u in n.deps) for v, n in enumerate(self.nodes))
+        return np.array([mem[v] + sum(mem[u] for u in n.deps) for v, n in enumerate(self.nodes)], dtype=np.int64)
+
+    @cached_property
+    def min_feasible_budget(self) -> int:
+        """fixed + the largest compute footprint: no plan fits under it."""
+        return self.fixed_memory + int(self.compute_footprint.max())
 
     @cached_property
     def checkpoint_all_peak(self) -> int:

@@ -123,8 +123,7 @@ class _Relaxation:
         stage = np.asarray(stages, dtype=np.int64)
         forced = np.asarray(forced_next, dtype=bool)
         self.objective = np.concatenate([np.zeros(pairs), cost[owner] / self.cost_unit])
-        mandatory = np.array([mem[t] + sum(mem[u] for u in graph.deps[t]) for t in range(n)])
-        capacity = (budget - graph.fixed_memory - mandatory) / scale
+        capacity = (budget - graph.fixed_memory - graph.compute_footprint) / scale
         pair_rows = n + np.arange(pairs)
         self.row_lower = np.concatenate([np.full(n, -np.inf), np.where(forced, 1.0, 0.0)])
         self.row_upper = np.concatenate([capacity, np.full(pairs, np.inf)])

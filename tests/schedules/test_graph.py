@@ -17,7 +17,7 @@ def test_reads_and_writes_the_same_document():
     assert Graph.from_json(g.to_json()).to_json() == g.to_json()
     assert g.to_json()["nodes"][1]["op"] == "mm"
     assert g.deps == ((), (0,)) and g.users == ((1,), ())
-    assert g.min_feasible_budget == 3 + 12
+    assert g.compute_footprint.tolist() == [4, 12] and g.min_feasible_budget == 3 + 12
     assert g.base_cost == 3.0
 
 
