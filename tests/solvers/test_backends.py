@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from exhaustive import SMALL_DAG, STAGE_INFEASIBLE, stage_optima
-from factories import benchmark_graph, chain
+from factories import FCN8_AT_08_OPTIMUM, benchmark_graph, chain
 
 from remat.schedules import BackendUnavailable, InvalidRequest, UnknownStrategy
 from remat.solvers import ResultStatus, available_backends, solve
@@ -75,10 +75,6 @@ class BackendConformance:
         reference = solve(chain(8), budget=5, strategy="checkmate-lp", backend="highs")
         assert mine.lower_bound == pytest.approx(reference.lower_bound, rel=1e-6)
         assert mine.lower_bound is not None and mine.lower_bound <= 22.0 + 1e-9
-
-
-FCN8_AT_08_OPTIMUM = 10_289_323_652_736.0
-"""fcn8 at budget ratio 0.8: proved by highs, cbc and cpsat alike (0.136 % overhead; published 0.1 %)."""
 
 
 class HardInstanceConformance(BackendConformance):
