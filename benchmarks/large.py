@@ -17,33 +17,17 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from published import PUBLISHED
+
 from remat.schedules import Graph, resolve_budget
-from remat.solvers import Progress, solve
+from remat.solvers import Progress, SolveContext, solve
+from remat.solvers._fallback import best_baseline
 
 GRAPHS = Path(__file__).resolve().parent / "graphs"
-
-PUBLISHED: dict[tuple[str, float], tuple[str, str]] = {
-    ("fcn8", 0.9): ("0.0 %, 6.3 s", "0.0 %, 3.1 s"),
-    ("fcn8", 0.8): ("0.1 %, 5.6 s", "0.1 %, 3.1 s"),
-    ("rl100", 0.9): ("0.8 %, 18.5 s", "0.8 %, 9.3 s"),
-    ("rl100", 0.8): ("2.3 %, 22.7 s", "2.3 %, 9.5 s"),
-    ("rl250", 0.9): ("0.9 %, 685 s", "0.9 %, 55 s"),
-    ("rl250", 0.8): ("none in 1 h", "4.9 %, 640 s"),
-    ("resnet50", 0.9): ("0.1 %, 434 s", "0.2 %, 65 s"),
-    ("resnet50", 0.8): ("0.3 %, 485 s", "0.3 %, 69 s"),
-    ("rl500", 0.9): ("none in 1 h", "0.7 %, 1,803 s"),
-    ("rl500", 0.8): ("none in 1 h", "3.4 %, 1,805 s"),
-    ("rl1000", 0.9): ("none in 1 h", "0.7 %, 3,613 s"),
-    ("rl1000", 0.8): ("none in 1 h", "3.4 %, 3,612 s"),
-}
-"""(graph, ratio): (Checkmate MILP with Gurobi, Moccasin with CP-SAT on 16 workers): overhead, time."""
-
-_BASELINE = re.compile(r"best baseline: ([\w-]+), cost ([0-9.e+-]+)")
 
 
 def graph_paths(names: list[str] | None) -> list[Path]:
@@ -70,8 +54,8 @@ def run(path: Path, ratio: float, time_limit_s: float, threads: int) -> str:
     first = f"{fitting[0].elapsed_s:.2f}" if fitting else "-"
     final = next((p.elapsed_s for p in fitting if result.cost is not None
                   and abs(p.incumbent_cost - result.cost) <= 1e-9 * max(1.0, result.cost)), None)
-    baselines = [float(m.group(2)) for line in result.log if (m := _BASELINE.search(line))]
-    baseline = percent(min(baselines), g.base_cost) if baselines else "none fits"
+    best = best_baseline(g, budget, SolveContext())
+    baseline = percent(best.cost, g.base_cost) if best is not None else "none fits"
     status = result.status.value + (f" ({result.fallback})" if result.fallback else "")
     return (f"{head} {percent(result.cost, g.base_cost)} | {percent(result.lower_bound, g.base_cost)} | {status} | "
             f"{first} | {'-' if final is None else f'{final:.1f}'} | {result.solve_time_s:.1f} | {baseline} | "

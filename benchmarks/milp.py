@@ -25,20 +25,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from factories import benchmark_graph  # noqa: E402
+from published import PUBLISHED  # noqa: E402
 
 from remat.schedules import RematError  # noqa: E402
 from remat.solvers import Progress, solve  # noqa: E402
-
-PUBLISHED = {  # overhead %, seconds: Checkmate MILP on Gurobi / Moccasin on CP-SAT, 16 workers
-    ("fcn8", 0.9): "0.0 % 6.3 s / 0.0 % 3.1 s",
-    ("fcn8", 0.8): "0.1 % 5.6 s / 0.1 % 3.1 s",
-    ("rl100", 0.9): "0.8 % 18.5 s / 0.8 % 9.3 s",
-    ("rl100", 0.8): "2.3 % 22.7 s / 2.3 % 9.5 s",
-    ("rl250", 0.9): "0.9 % 685 s / 0.9 % 55 s",
-    ("rl250", 0.8): "none in 1 h / 4.9 % 640 s",
-    ("resnet50", 0.9): "0.1 % 434 s / 0.2 % 65 s",
-    ("resnet50", 0.8): "0.3 % 485 s / 0.3 % 69 s",
-}
 
 
 def main() -> None:
@@ -65,7 +55,7 @@ def main() -> None:
             for strategy, backend in cells:
                 row = run(graph, ratio, strategy, backend, args.time_limit, args.threads)
                 print("| " + " | ".join([name, str(graph.size), f"{ratio:g}", *row,
-                                         PUBLISHED.get((name, ratio), "")]) + " |", flush=True)
+                                         " / ".join(PUBLISHED.get((name, ratio), ()))]) + " |", flush=True)
 
 
 def run(graph: Any, ratio: float, strategy: str, backend: str, time_limit: float, threads: int) -> list[str]:
