@@ -18,6 +18,12 @@ holds it. On fcn8 at budget ratio 0.8 the root LP bound rises from 0.0004 % over
 aggregated rows) to 0.08 % (the optimum is 0.136 %). ``R[t, i] + S[t, i] <= 1`` (never recompute
 a resident value) removes only wasteful solutions.
 
+A model may cover only a *window* of stages, first to last (``stages``): what is resident at the
+start of ``first`` is then left free (no persistence row ties it to the stage before) and nothing is
+owed to the stages after ``last``. Every schedule's rows over those stages satisfy it, so the window
+is a relaxation: its optimum is a lower bound on the cost, and if it has no solution, no schedule
+fits the budget. Its solutions are not schedules.
+
 Memory is counted in units of the greatest common divisor of the node sizes (exact), or, when that
 leaves sizes above :data:`MAX_MEMORY_UNITS`, in a coarser unit with sizes rounded up and the budget
 rounded down, so that whatever fits the model fits the real budget. Costs are divided by their mean
@@ -134,9 +140,9 @@ class CheckmateModel:
         return x
 
 
-def build_checkmate_model(graph: Graph, budget: int,
-                          stopped: Callable[[], bool] = lambda: False) -> CheckmateModel | None:
-    """The Checkmate MILP for ``graph`` under ``budget`` bytes (fixed memory included).
+def build_checkmate_model(graph: Graph, budget: int, stopped: Callable[[], bool] = lambda: False, *,
+                          stages: range | None = None) -> CheckmateModel | None:
+    """The Checkmate MILP for ``graph`` under ``budget`` bytes (fixed memory included), or its window ``stages``.
 
     The build of a large graph takes seconds; it checks ``stopped`` at every stage and returns None
     once it is true, so that a cancel does not wait for a model nobody will solve.
@@ -152,14 +158,14 @@ def build_checkmate_model(graph: Graph, budget: int,
     >>> m.memory.unit, m.memory.capacity, m.milp.n_vars > 0
     (4, 3, True)
     """
-    return _Builder(graph, budget).build(stopped)
+    return _Builder(graph, budget, range(graph.size) if stages is None else stages).build(stopped)
 
 
 class _Builder:
     """Builds the model stage by stage; each method adds one family of rows."""
 
-    def __init__(self, graph: Graph, budget: int) -> None:
-        self.graph, self.budget = graph, budget
+    def __init__(self, graph: Graph, budget: int, stages: range) -> None:
+        self.graph, self.budget, self.stages = graph, budget, stages
         self.n = n = graph.size
         self.scale = MemoryScale.of(graph, budget)
         positive = graph.cost[graph.cost > 0]
@@ -174,24 +180,25 @@ class _Builder:
 
     def build(self, stopped: Callable[[], bool]) -> CheckmateModel | None:
         b, n, cost = self.b, self.n, self.graph.cost
-        for t in range(1, n):
+        for t in self.stages:
             nodes = self.stage_nodes[t]
             self.R_var[t, nodes] = b.add_variables(len(nodes), lower=0, upper=1, integer=True,
                                                    cost=cost[nodes] / self.cost_scale)
         first_s = b.n_vars
-        for t in range(1, n):
+        for t in self.stages:
             nodes = self.stage_nodes[t]
             self.S_var[t, nodes] = b.add_variables(len(nodes), lower=0, upper=1, integer=True)
-        for t in range(n):
+        for t in self.stages:
             if stopped():
                 return None
             self.persistence(t)
             self.dependencies(t)
             frees_after = self.frees(t)
             self.memory(t, frees_after)
+        window = "" if len(self.stages) == n else f", stages {self.stages.start} to {self.stages.stop - 1}"
         milp = b.build(objective_offset=float(cost.sum()) / self.cost_scale,
                        watch=np.arange(first_s, first_s + int((self.S_var >= 0).sum()), dtype=np.int64),
-                       name=f"checkmate {self.graph.name or 'graph'} @ {self.budget} B")
+                       name=f"checkmate {self.graph.name or 'graph'} @ {self.budget} B{window}")
         return CheckmateModel(
             graph=self.graph, budget=self.budget, milp=milp, memory=self.scale, cost_scale=self.cost_scale,
             R_var=self.R_var, S_var=self.S_var,
@@ -205,11 +212,12 @@ class _Builder:
 
     def persistence(self, t: int) -> None:
         """``S[t, i] <= S[t-1, i] + R[t-1, i]`` (resident only if kept or computed the stage before) and
-        ``R[t, i] + S[t, i] <= 1`` (recomputing a resident value never pays; this only removes waste)."""
+        ``R[t, i] + S[t, i] <= 1`` (recomputing a resident value never pays; this only removes waste).
+        The first stage of a window has no stage before it in the model: what it holds is free."""
         for i in self.stage_nodes[t]:
             s, r = int(self.S_var[t, i]), int(self.R_var[t, i])
             self.b.add_row([r, s], [1.0, 1.0], -math.inf, 1.0)
-            if i < t - 1:
+            if self.S_var[t - 1, i] >= 0:
                 self.b.add_row([s, int(self.S_var[t - 1, i]), int(self.R_var[t - 1, i])], [1.0, -1.0, -1.0],
                                -math.inf, 0.0)
 

@@ -4,13 +4,15 @@ The solve process runs one annealing chain (its greedy descent gives the first p
 second or so). Helper processes, one per further thread (at least one), run in parallel:
 
 - the first runs the baselines (the best becomes the fallback, and the start of any chain that has
-  found nothing that fits yet), then the lower bound of :mod:`._bound` (LP, then MIP while time
-  allows; highspy stays out of the solve process), then a chain of its own;
+  found nothing that fits yet), then, when none fits a budget near the memory floor, tries to prove
+  that nothing does (:mod:`._windows`), then the lower bound of :mod:`._bound` (LP, then MIP while
+  time allows; highspy stays out of the solve process), then a chain of its own;
 - the others run chains with other seeds.
 
 Every new best, from any process, is reported at once (at most every half second after the first);
-when a proved bound meets the best cost within ``ctx.mip_gap`` everything stops with a proof. The
-outcome is the cheapest plan that fits: a chain's, or a baseline's (as the fallback).
+when a proved bound meets the best cost within ``ctx.mip_gap``, or a proof that nothing fits comes,
+everything stops with that proof. The outcome is the cheapest plan that fits: a chain's, or a
+baseline's (as the fallback).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class _Pool:
     source: str = ""
     baseline: tuple[str, Schedule, float] | None = None
     bound: float | None = None
+    infeasible: bool = False
     log: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _reported_at: float = -math.inf
@@ -114,6 +117,12 @@ class _Pool:
                 self.bound = bound
                 self._report(force=True)
 
+    def offer_infeasible(self, first: int, last: int) -> None:
+        with self._lock:
+            self.infeasible = True
+            self.log.append(f"no schedule fits stages {first} to {last} within the budget (window of the MILP, "
+                            "proved infeasible): nothing fits")
+
     def note(self, line: str) -> None:
         with self._lock:
             self.log.append(line)
@@ -125,7 +134,7 @@ class _Pool:
 
     def tend(self, annealer: Annealer) -> bool:
         """Between moves: hand a chain the best plan when it has none or a baseline beats it; flush a
-        held report; True to stop (the bound proves the best plan optimal)."""
+        held report; True to stop (the bound proves the best plan optimal, or nothing fits)."""
         with self._lock:
             baseline_news = self.baseline is not None and self.source == self.baseline[0] \
                 and self._handed != self.source and (annealer.best_cost is None or self.cost < annealer.best_cost)
@@ -134,7 +143,7 @@ class _Pool:
                 self._handed = self.source
             if self._pending:
                 self._report(force=False)
-        return self.proved()
+        return self.proved() or self.infeasible
 
     def flush(self) -> None:
         """Report the best plan and bound if the last report did not show them."""
@@ -158,7 +167,9 @@ class _Pool:
         log = [*self.log, f"best plan from {self.source or 'nothing'}"]
         bound = self.bound
         if self.extras is None:
-            return Outcome(None, lower_bound=bound, log=log)
+            return Outcome(None, infeasible=self.infeasible, lower_bound=bound, log=log)
+        if self.infeasible:
+            log.append("a plan fits although a window was proved infeasible: check the window model")
         if self.baseline is not None and self.source == self.baseline[0]:
             name, schedule, _ = self.baseline
             outcome = Outcome(schedule, lower_bound=bound, fallback=name, log=log)
@@ -229,6 +240,8 @@ class _Helper:
                 elif kind == "baseline":
                     _, name, R, S, cost = message
                     pool.offer_baseline(name, Schedule(R, S), cost)
+                elif kind == "infeasible":
+                    pool.offer_infeasible(message[1], message[2])
                 elif kind == "bound":
                     pool.offer_bound(message[1], message[2])
                 elif kind == "log":

@@ -1,4 +1,4 @@
-"""Real `remat serve` and `remat worker` processes for tests, and small polling helpers."""
+"""Real `remat serve`, `remat worker` and solver helper processes for tests, and small polling helpers."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from remat.solvers.backends._process import read_frame, write_frame
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
 """The tests' Redis database. Each test keeps its keys under its own namespace (store prefix, queue
@@ -147,3 +149,22 @@ def cancel_when_running(client, store, graph, strategy: str, *, ready=None):  # 
 def brief(job: dict) -> dict:
     """A job without its result, for assertion messages."""
     return {k: v for k, v in job.items() if k != "result"}
+
+
+def helper_messages(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30,
+                    explained: float = 0.0) -> list[tuple]:
+    """Everything a checkmate helper process sends for one request (MIP bound at once by default), until it ends."""
+    proc = subprocess.Popen([sys.executable, "-m", "remat.solvers._portfolio_worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks, explained))
+    messages = []
+    try:
+        while True:
+            messages.append(read_frame(proc.stdout))
+    except EOFError:
+        pass
+    proc.stdin.close()
+    proc.stdout.close()
+    assert proc.wait(10) == 0
+    return messages

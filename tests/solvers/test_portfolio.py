@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from exhaustive import stage_optima
 from factories import BENCHMARK_NAMES, benchmark_graph, chain, random_dags
 from hypothesis import given, settings
+from processes import helper_messages
 
 from remat.schedules import Graph, resolve_budget
 from remat.solvers import Progress, ResultStatus, SolveContext, solve
@@ -21,7 +20,6 @@ from remat.solvers._anneal_milp import MILP_NODES
 from remat.solvers._checkmate import PATHS
 from remat.solvers._fallback import best_baseline
 from remat.solvers._portfolio import _Helper, _Pool
-from remat.solvers.backends._process import read_frame, write_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,31 +52,12 @@ def test_the_path_is_picked_by_size() -> None:
     assert not PATHS["anneal"].baselines_first
 
 
-def worker(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30,
-           explained: float = 0.0) -> list[tuple]:
-    """Everything a helper process sends for one request (MIP bound at once by default), until it ends."""
-    proc = subprocess.Popen([sys.executable, "-m", "remat.solvers._portfolio_worker"], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-    write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks, explained))
-    messages = []
-    try:
-        while True:
-            messages.append(read_frame(proc.stdout))
-    except EOFError:
-        pass
-    proc.stdin.close()
-    proc.stdout.close()
-    assert proc.wait(10) == 0
-    return messages
-
-
 @settings(max_examples=12, deadline=None, derandomize=True)
 @given(g=random_dags(min_nodes=3, max_nodes=6))
 def test_the_retention_bounds_never_exceed_the_exhaustive_optimum(g: Graph) -> None:
     budget = (g.min_feasible_budget + g.checkpoint_all_peak) // 2
     optimum = stage_optima(g, [budget])[0]
-    bounds = {how: value for kind, value, how in worker(g.to_json(), budget, ("bound",)) if kind == "bound"}
+    bounds = {how: value for kind, value, how in helper_messages(g.to_json(), budget, ("bound",)) if kind == "bound"}
     assert "retention LP" in bounds
     assert g.base_cost - 1e-9 <= bounds["retention LP"] <= bounds.get("retention MIP", math.inf)
     for value in bounds.values():
@@ -91,7 +70,7 @@ def test_the_documented_bounds_of_a_four_node_graph() -> None:
         {"id": "b", "deps": ["a"], "cost": 1, "memory": 2},
         {"id": "c", "deps": ["b"], "cost": 1, "memory": 2},
         {"id": "d", "deps": ["a", "c"], "cost": 1, "memory": 1}]})
-    bounds = {how: value for kind, value, how in worker(g.to_json(), 7, ("bound",)) if kind == "bound"}
+    bounds = {how: value for kind, value, how in helper_messages(g.to_json(), 7, ("bound",)) if kind == "bound"}
     assert bounds == pytest.approx({"retention LP": 4.25, "retention MIP": 5.0}, rel=1e-5)
     assert stage_optima(g, [7]) == [5.0]
 
@@ -99,7 +78,7 @@ def test_the_documented_bounds_of_a_four_node_graph() -> None:
 def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:
     g = benchmark_graph("vgg_unet")
     budget = resolve_budget(g, budget_ratio=0.7)
-    messages = worker(g.to_json(), budget, ("baselines", "bound", "anneal"), time_limit_s=4)
+    messages = helper_messages(g.to_json(), budget, ("baselines", "bound", "anneal"), time_limit_s=4)
     kinds = [m[0] for m in messages]
     assert kinds.index("baseline") < kinds.index("bound") < kinds.index("best")
     baseline = next(m for m in messages if m[0] == "baseline")
