@@ -7,7 +7,8 @@ The state is a :class:`Timeline` (where each node is computed; retention follows
   with probability :data:`RECURSE` each (at most :data:`MAX_RELIEF` computations in all),
   recomputed with it; a *closing* relief recomputes all of them, up to :data:`MAX_CLOSURE` (a
   chain's segment from its last checkpoint), and is used while the search is stuck over budget;
-- a *drop* removes one extra computation.
+- a *drop* removes one extra computation, and with it the computations in its stage that only it
+  read (a recomputation chain that fed it), which would otherwise stay as dead cost and memory.
 
 A move's score is its cost plus a weighted penalty on memory over the budget (summed over
 stages). The weight adapts: it grows while the search is over budget and shrinks while it fits, so
@@ -242,8 +243,7 @@ class Annealer:
         dropped: list[tuple[int, int]] = []
         added: list[tuple[int, int]] = []
         if self.extras and rng.random() < P_DROP:
-            dropped = [self.extras[rng.randrange(len(self.extras))]]
-            self._edit(removed=dropped)
+            dropped = self._drop(*self.extras[rng.randrange(len(self.extras))])
         else:
             closure = self._pick_closure()
             added = self._relief(closure) or []
@@ -257,8 +257,26 @@ class Annealer:
         if kept:
             self.excess = excess
             return True
-        self._edit(added=dropped, removed=added)
+        self._edit(added=dropped[::-1], removed=added)
         return False
+
+    def _drop(self, v: int, t: int) -> list[tuple[int, int]]:
+        """Drop the extra computation of v at stage t, then each computation in stage t left unread by it.
+
+        Returns the computations dropped, in the order they were dropped.
+        """
+        tl, n = self.tl, self.tl.n
+        dropped = [(v, t)]
+        self._edit(removed=dropped)
+        todo = [v]
+        while todo:
+            for u in tl.deps[todo.pop()]:
+                k = tl.live_copy(u, t * n + u)
+                if tl.stages[u][k] == t and tl.ends[u][k] == t * n + u:
+                    self._edit(removed=[(u, t)])
+                    dropped.append((u, t))
+                    todo.append(u)
+        return dropped
 
     def _descend(self, ctx: SolveContext) -> None:
         """Greedy descent to the budget: apply the best of a few reliefs by memory freed per cost.

@@ -87,3 +87,17 @@ def test_a_stop_request_ends_the_run_with_the_best_plan_so_far() -> None:
     annealer.run(ctx)
     assert annealer.best is not None
     assert ctx.elapsed_s() < 60
+
+
+def test_a_drop_takes_the_recomputations_that_only_fed_it_along() -> None:
+    g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
+        {"id": "a", "deps": [], "cost": 1, "memory": 4},
+        {"id": "b", "deps": ["a"], "cost": 1, "memory": 4},
+        {"id": "c", "deps": ["b"], "cost": 1, "memory": 4},
+        {"id": "d", "deps": ["c"], "cost": 1, "memory": 4},
+        {"id": "e", "deps": ["b", "d"], "cost": 1, "memory": 4}]})
+    annealer = Annealer(g, g.checkpoint_all_peak)
+    annealer._edit(added=[(0, 4), (1, 4), (0, 3)])  # b again for e, from a again; a again in stage d (unread)
+    assert annealer._drop(1, 4) == [(1, 4), (0, 4)]
+    assert annealer.extras == [(0, 3)]
+    assert annealer.tl.total_cost == 6
