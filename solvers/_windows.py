@@ -4,8 +4,9 @@ The MILP over a window of stages (:func:`build_checkmate_model` with ``stages``)
 so when it has no solution no schedule fits. A few stages suffice where the budget is close to the
 memory floor: the stage of the node with the largest compute footprint then has no room to keep
 anything for the next stages, and what they must recompute instead does not fit either (on rl250
-at budget ratio 0.6, stages 247 to 249 show it in seconds where the full MILP finds nothing in
-minutes). Windows are tried around the nodes with the largest footprints, narrow ones first.
+at budget ratio 0.6, stages 247 to 249 show it in about 30 s on one thread, where neither the full
+MILP nor any heuristic answers). Windows are tried around the nodes with the largest footprints,
+narrow ones first.
 
 Needs highspy, so it runs in a process without OR-Tools (a helper of the anneal path).
 """
