@@ -48,7 +48,7 @@ def test_checkmate_answers_infeasible_for_a_graph_that_fits_its_memory_floor_but
 
 @pytest.mark.slow
 def test_rl250_has_no_schedule_at_sixty_percent() -> None:
-    """Its memory floor is 0.597 of the peak, yet three stages show that nothing fits 0.6."""
+    """Its memory floor is 0.597 of the peak, yet three stages show that nothing fits 0.6 (in 20 to 40 s)."""
     g = benchmark_graph("rl250")
-    result = solve(g, budget_ratio=0.6, strategy="checkmate", time_limit_s=60, threads=2)
+    result = solve(g, budget_ratio=0.6, strategy="checkmate", time_limit_s=120, threads=2)
     assert result.status is ResultStatus.INFEASIBLE, result.log
