@@ -4,10 +4,9 @@ Reads one request frame from stdin, ``(graph document, budget, seed, time limit,
 runs the tasks and writes what they find as frames to the original stdout:
 
 - ``baselines``: ``("baseline", name, R, S, cost)`` for the cheapest baseline that fits;
-- ``bound``: when no baseline fits and the budget is within :data:`NEAR_FLOOR` of the memory floor,
-  first ``("infeasible", first, last)`` if :mod:`._windows` proves (within :data:`WINDOW_SHARE` of
-  the time limit) that no schedule fits stages first to last, which ends the task; then
-  ``("bound", value, how)`` for the LP bound of :mod:`._bound` (within
+- ``bound``: when no baseline fits, first ``("infeasible", first, last)`` if :mod:`._windows` proves
+  (within :data:`WINDOW_SHARE` of the time limit) that no schedule fits stages first to last, which
+  ends the task; then ``("bound", value, how)`` for the LP bound of :mod:`._bound` (within
   :data:`LP_SHARE` of the time limit), then, when the relaxation is small enough, the MIP bound
   (within :data:`MIP_SHARE`) once the LP bound accounts for the share ``explained`` of the best
   plan's overhead (0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
@@ -39,12 +38,7 @@ from ._fallback import best_baseline
 from ._windows import prove_infeasible
 from .backends._process import GRACE_S, read_frame, write_frame
 
-__all__ = ["LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "NEAR_FLOOR", "WINDOW_SHARE", "main",
-           "run_tasks"]
-
-NEAR_FLOOR = 1.1
-"""Budgets up to this multiple of the memory floor (``min_feasible_budget``) are worth a try at a
-proof that nothing fits (further above it, a few stages always have room)."""
+__all__ = ["LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "WINDOW_SHARE", "main", "run_tasks"]
 
 WINDOW_SHARE = 0.75
 """Share of the time limit the proof may spend (the chains search for a plan meanwhile)."""
@@ -103,7 +97,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             send(("baseline", baseline.name, baseline.schedule.R, baseline.schedule.S, baseline.cost))
             best[0] = min(best[0], baseline.cost)
         send(("log", f"baselines done after {time.monotonic() - started:.1f} s"))
-    if "bound" in tasks and best[0] == math.inf and budget <= NEAR_FLOOR * graph.min_feasible_budget:
+    if "bound" in tasks and best[0] == math.inf:
         window = prove_infeasible(graph, budget, dataclasses.replace(ctx, time_limit_s=WINDOW_SHARE * ctx.time_limit_s))
         if window is not None:
             send(("infeasible", window.start, window.stop - 1))

@@ -2,11 +2,12 @@
 
 The MILP over a window of stages (:func:`build_checkmate_model` with ``stages``) is a relaxation,
 so when it has no solution no schedule fits. A few stages suffice where the budget is close to the
-memory floor: the stage of the node with the largest compute footprint then has no room to keep
-anything for the next stages, and what they must recompute instead does not fit either (on rl250
-at budget ratio 0.6, stages 247 to 249 show it in about 30 s on one thread, where neither the full
-MILP nor any heuristic answers). Windows are tried around the nodes with the largest footprints,
-narrow ones first.
+memory floor: computing the node with the largest compute footprint leaves almost no room, so its
+inputs must reach its stage with little else resident, and the stages around it cannot arrange that.
+On rl250 at budget ratio 0.6 (floor 0.597) stages 247 and 248 show it in about 8 s on one thread,
+where neither the full MILP nor any heuristic answers. Windows are tried around the nodes whose
+footprint is close to the budget, narrow ones first (wider ones prove more but take longer: stages
+247 to 249 take 20 to 40 s).
 
 Needs highspy, so it runs in a process without OR-Tools (a helper of the anneal path).
 """
@@ -23,17 +24,23 @@ from ._context import SolveContext
 from ._milp_model import build_checkmate_model
 from .backends import EngineStatus, Limits
 
-__all__ = ["CENTRES", "WIDTHS", "prove_infeasible"]
+__all__ = ["CENTRES", "NEAR_FLOOR", "WIDTHS", "prove_infeasible"]
 
-WIDTHS = (3, 5, 9)
-"""Window sizes tried, in stages, around each centre."""
+NEAR_FLOOR = 1.1
+"""A node is a window centre when the budget is at most this multiple of its compute footprint
+(fixed memory included); further above it, a few stages always have room."""
 
 CENTRES = 3
-"""How many of the nodes with the largest compute footprint are window centres."""
+"""Most window centres, the largest footprints first."""
+
+WIDTHS = (2, 3, 5, 9)
+"""Window sizes tried, in stages, around each centre."""
 
 
 def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | None:
     """A window of stages that no schedule within ``budget`` can run, or None if none was found before ``ctx`` stops.
+
+    Returns None at once when the budget is over :data:`NEAR_FLOOR` times every node's footprint.
 
     Examples
     --------
@@ -42,12 +49,14 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
 
     >>> g = Graph.from_path("benchmarks/graphs/rl250.json")  # doctest: +SKIP
     >>> prove_infeasible(g, resolve_budget(g, budget_ratio=0.6), SolveContext(time_limit_s=30))  # doctest: +SKIP
-    range(247, 250)
+    range(247, 249)
     """
     from .backends._highs import solve as highs_solve
 
     n = graph.size
-    centres = np.argsort(-graph.compute_footprint, kind="stable")[:CENTRES]
+    footprint = graph.compute_footprint + graph.fixed_memory
+    heavy = np.flatnonzero(NEAR_FLOOR * footprint >= budget)
+    centres = heavy[np.argsort(-footprint[heavy], kind="stable")][:CENTRES]
     for width in WIDTHS:
         for centre in centres:
             first = max(0, min(int(centre) - width // 2, n - width))
