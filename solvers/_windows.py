@@ -57,10 +57,14 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
     footprint = graph.compute_footprint + graph.fixed_memory
     heavy = np.flatnonzero(NEAR_FLOOR * footprint >= budget)
     centres = heavy[np.argsort(-footprint[heavy], kind="stable")][:CENTRES]
+    tried: set[range] = set()
     for width in WIDTHS:
         for centre in centres:
             first = max(0, min(int(centre) - width // 2, n - width))
             stages = range(first, min(n, first + width))
+            if stages in tried:  # small graphs: a wider window is the same one
+                continue
+            tried.add(stages)
             model = build_checkmate_model(graph, budget, ctx.stopped, stages=stages)
             if model is None or ctx.stopped():
                 return None
