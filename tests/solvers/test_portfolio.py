@@ -6,7 +6,6 @@ import json
 import math
 import os
 import threading
-from pathlib import Path
 
 import pytest
 from exhaustive import stage_optima
@@ -20,8 +19,6 @@ from remat.solvers._anneal_milp import MILP_NODES
 from remat.solvers._checkmate import PATHS
 from remat.solvers._fallback import best_baseline
 from remat.solvers._portfolio import _Helper, _Pool
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def ratio_for(g: Graph) -> float:
@@ -57,7 +54,11 @@ def test_the_path_is_picked_by_size() -> None:
 def test_the_retention_bounds_never_exceed_the_exhaustive_optimum(g: Graph) -> None:
     budget = (g.min_feasible_budget + g.checkpoint_all_peak) // 2
     optimum = stage_optima(g, [budget])[0]
-    bounds = {how: value for kind, value, how in helper_messages(g.to_json(), budget, ("bound",)) if kind == "bound"}
+    messages = helper_messages(g.to_json(), budget, ("bound",))
+    if any(kind == "infeasible" for kind, *_ in messages):  # a window proved it first: then there is no bound to check
+        assert optimum == math.inf
+        return
+    bounds = {how: value for kind, value, how in messages if kind == "bound"}
     assert "retention LP" in bounds
     assert g.base_cost - 1e-9 <= bounds["retention LP"] <= bounds.get("retention MIP", math.inf)
     for value in bounds.values():
