@@ -30,6 +30,10 @@ _NODE_FIELDS = ("id", "deps", "cost", "memory", "kind")
 MAX_TOTAL_BYTES = 2**62
 """Fixed memory plus every output must stay below this, so that no sum of sizes overflows int64."""
 
+MAX_TOTAL_COST = 1e300
+"""The costs of all nodes must sum below this, so that no plan's cost (every node computed up to
+10^8 times) overflows a float."""
+
 
 @dataclass(frozen=True)
 class GraphLimits:
@@ -389,6 +393,7 @@ def _check_graph(graph: Graph, limits: GraphLimits) -> None:
         raise InvalidGraph(f"The graph has {graph.edge_count} edges; the limit is {limits.max_edges}.", field="deps")
     seen: set[str] = set()
     total = graph.fixed_memory
+    total_cost = 0.0
     for v, node in enumerate(graph.nodes):
         total += node.memory
         if total > MAX_TOTAL_BYTES:
@@ -402,6 +407,10 @@ def _check_graph(graph: Graph, limits: GraphLimits) -> None:
             raise InvalidGraph(f"Node {node.id!r}: every dep must be an earlier node.", node=node.id, field="deps")
         if not (math.isfinite(node.cost) and node.cost >= 0):
             raise InvalidGraph(f"Node {node.id!r}: cost must be finite and >= 0.", node=node.id, field="cost")
+        total_cost += node.cost
+        if total_cost > MAX_TOTAL_COST:
+            raise InvalidGraph(f"Node {node.id!r}: its cost brings the graph's total cost above {MAX_TOTAL_COST:g}, "
+                               "beyond what plan costs can add up to.", node=node.id, field="cost")
         if node.memory < 0:
             raise InvalidGraph(f"Node {node.id!r}: memory must be >= 0.", node=node.id, field="memory")
         if node.kind not in _KINDS:

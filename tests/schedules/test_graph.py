@@ -44,6 +44,8 @@ def test_hash_ignores_metadata_but_not_costs():
         ([node("a", memory=1.5)], "a", "memory", "whole number"),
         ([node("a", memory=2**70)], "a", "memory", "above"),
         ([node("a", memory=2**61), node("b", ["a"], memory=2**61 + 1)], "b", "memory", "total"),
+        ([node("a", cost=6e307), node("b", cost=1.2e308)], "a", "cost", "total cost"),
+        ([node("a", cost=6e299), node("b", ["a"], cost=6e299)], "b", "cost", "total cost"),
         ([node("a", kind="sideways")], "a", "kind", "forward"),
         ([{"id": "a", "deps": "b", "cost": 1, "memory": 1}], "a", "deps", "list"),
         ([{"deps": []}], None, "id", "non-empty string"),
