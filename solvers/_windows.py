@@ -21,7 +21,7 @@ import numpy as np
 from remat.schedules import Graph
 
 from ._context import SolveContext
-from ._milp_model import build_checkmate_model
+from ._milp_model import MemoryScale, build_checkmate_model
 from .backends import EngineStatus, Limits
 
 __all__ = ["CENTRES", "NEAR_FLOOR", "WIDTHS", "prove_infeasible"]
@@ -40,7 +40,8 @@ WIDTHS = (2, 3, 5, 9)
 def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | None:
     """A window of stages that no schedule within ``budget`` can run, or None if none was found before ``ctx`` stops.
 
-    Returns None at once when the budget is over :data:`NEAR_FLOOR` times every node's footprint.
+    Returns None at once when the budget is over :data:`NEAR_FLOOR` times every node's footprint, or
+    when memory sizes must be rounded up to fit the model (an infeasible model would prove nothing).
 
     Examples
     --------
@@ -53,6 +54,8 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
     """
     from .backends._highs import solve as highs_solve
 
+    if not MemoryScale.of(graph, budget).exact:
+        return None
     n = graph.size
     footprint = graph.compute_footprint + graph.fixed_memory
     heavy = np.flatnonzero(NEAR_FLOOR * footprint >= budget)
@@ -67,8 +70,6 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
             tried.add(stages)
             model = build_checkmate_model(graph, budget, ctx.stopped, stages=stages)
             if model is None or ctx.stopped():
-                return None
-            if not model.memory.exact:  # sizes rounded up: an infeasible model proves nothing
                 return None
             # Only whether a solution exists matters: no objective, and the first solution ends the search.
             feasibility = dataclasses.replace(model.milp, objective=np.zeros(model.milp.n_vars))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from exhaustive import STAGE_INFEASIBLE, stage_optima
+from exhaustive import STAGE_FORM_GAP, STAGE_INFEASIBLE, stage_optima
 from factories import benchmark_graph, random_dags
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,20 +19,28 @@ from remat.solvers._windows import NEAR_FLOOR, WIDTHS
 def proof(g: Graph, budget: int) -> tuple[int, int] | None:
     """The window a helper proves infeasible for ``budget`` (its bound task, with no plan known), or None."""
     messages = helper_messages(g.to_json(), budget, ("bound",), time_limit_s=20)
-    proofs = [(first, last) for kind, first, last, *_ in messages if kind == "infeasible"]
+    proofs = [(m[1], m[2]) for m in messages if m[0] == "infeasible"]
     return proofs[0] if proofs else None
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(g=random_dags(min_nodes=2, max_nodes=6), share=st.floats(0.0, 1.0))
-def test_a_window_is_proved_infeasible_exactly_when_no_schedule_fits(g: Graph, share: float) -> None:
-    """Small graphs fit in the widest window, which is then the whole MILP: the proof is complete there."""
-    assert g.size <= max(WIDTHS)
+def test_no_window_is_proved_infeasible_where_a_schedule_fits(g: Graph, share: float) -> None:
+    """Budgets from the floor to 1.1x it, where windows are tried (on such random graphs a schedule fits them)."""
     budget = g.min_feasible_budget + int(share * (NEAR_FLOOR - 1) * g.min_feasible_budget)
     found = proof(g, budget)
     assert (found is not None) == (stage_optima(g, [budget])[0] == math.inf)
-    if found is not None:
-        assert 0 <= found[0] <= found[1] < g.size
+
+
+@pytest.mark.parametrize(("g", "smallest"), [(STAGE_INFEASIBLE, 79), (STAGE_FORM_GAP, 134)])
+def test_a_window_proves_every_budget_under_the_smallest_that_a_schedule_fits(g: Graph, smallest: int) -> None:
+    """Small graphs fit in the widest window, which is then the whole MILP: the proof is complete there."""
+    assert g.size <= max(WIDTHS) and smallest <= NEAR_FLOOR * g.min_feasible_budget
+    assert stage_optima(g, [smallest - 1, smallest])[0] == math.inf
+    for budget in (g.min_feasible_budget, smallest - 1):
+        found = proof(g, budget)
+        assert found is not None and 0 <= found[0] <= found[1] < g.size
+    assert proof(g, smallest) is None
 
 
 def test_checkmate_answers_infeasible_for_a_graph_that_fits_its_memory_floor_but_no_schedule() -> None:
