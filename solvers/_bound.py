@@ -15,9 +15,18 @@ lower bounds on the cost of every schedule that fits. It has one variable pair p
 it lives across): about 190,000 on a 1,000-node random graph, where the Checkmate MILP has
 millions. It is tight on layer graphs (ResNet-50) and loose where recomputing needs long chains
 (random layered graphs). Needs highspy, so it runs in a process without OR-Tools.
+
+Two reductions keep it small. A stage where everything that may be resident fits has a row that
+cannot bind: it is left out, and so are its pairs (v is then free to stay, so a run of v's absence
+spans only stages with rows, and it is forced to end where v is read in between); the optimum is
+unchanged. Keeping only the rows of the ``stages`` most overloaded stages relaxes further: the
+bound is weaker or equal, found much faster (on a 1,635-node LSTM at 0.6 of its peak, the 64 most
+overloaded stages give the whole LP's value in 1 s, where the whole LP takes over a minute).
 """
 
 from __future__ import annotations
+
+from bisect import bisect_right
 
 import numpy as np
 
@@ -29,11 +38,13 @@ _SAFETY = 1e-6
 """Relative margin taken off an engine's optimum or dual bound before it is reported as proved."""
 
 
-def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral: bool = False) -> float | None:
+def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral: bool = False,
+                    stages: int | None = None) -> float | None:
     """A proved lower bound on the cost of any schedule within ``budget``; None if none was proved in time.
 
     ``integral`` solves the relaxation as a MIP and returns its dual bound (tighter, slower);
     otherwise the LP optimum is returned, and only when the LP was solved to optimality.
+    ``stages`` keeps the memory rows of only that many stages, the most overloaded ones.
 
     Examples
     --------
@@ -54,7 +65,7 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
     """
     import highspy
 
-    model = _Relaxation(graph, budget)
+    model = _Relaxation(graph, budget, stages)
     if model.columns == 0:
         return graph.base_cost
     h = highspy.Highs()
@@ -95,41 +106,48 @@ class _Relaxation:
     stage t) and ``y`` (v is computed again in stage t + 1 after being dropped at t). Rows: one
     memory row per stage, then one row per pair, ``y - x[t + 1] + x[t] >= 0`` (or
     ``y + x[t] >= 1`` when stage t + 1 reads v). Values of size 0 or cost 0 need no variables.
+    Only the stages whose row can bind (at most ``stages`` of them, the most overloaded) get pairs;
+    then the pair after (v, t) is v's next pair, and the row is forced when v is read before it.
     """
 
-    def __init__(self, graph: Graph, budget: int) -> None:
+    def __init__(self, graph: Graph, budget: int, stages: int | None = None) -> None:
         n = graph.size
         mem = graph.memory.astype(np.float64)
         cost = graph.cost
         scale = max(float(mem.max()), 1.0)
         positive = cost[cost > 0]
         self.cost_unit = float(positive.mean()) if positive.size else 1.0
+        room = budget - graph.fixed_memory - graph.compute_footprint
+        lives = [(v, users) for v, users in enumerate(graph.users) if users and mem[v] > 0 and cost[v] > 0]
+        overload = _load(n, lives, graph.memory) - room
+        rowed = overload > 0
+        if stages is not None and stages < int(rowed.sum()):
+            rowed[:] = False
+            rowed[np.argsort(-overload, kind="stable")[:stages]] = True
         owners: list[int] = []
-        stages: list[int] = []
+        at: list[int] = []
         forced_next: list[bool] = []
-        for v, users in enumerate(graph.users):
-            if mem[v] == 0 or cost[v] == 0 or not users:
-                continue
+        for v, users in lives:
             reads = set(users)
-            for t in range(v + 1, users[-1]):
-                if t not in reads:
-                    owners.append(v)
-                    stages.append(t)
-                    forced_next.append(t + 1 in reads)
+            kept = [t for t in range(v + 1, users[-1]) if rowed[t] and t not in reads]
+            for i, t in enumerate(kept):
+                owners.append(v)
+                at.append(t)
+                following = kept[i + 1] if i + 1 < len(kept) else users[-1]
+                forced_next.append(users[bisect_right(users, t)] <= following)
         pairs = len(owners)
         self.columns = 2 * pairs
         self.rows = n + pairs
         owner = np.asarray(owners, dtype=np.int64)
-        stage = np.asarray(stages, dtype=np.int64)
+        stage = np.asarray(at, dtype=np.int64)
         forced = np.asarray(forced_next, dtype=bool)
         self.objective = np.concatenate([np.zeros(pairs), cost[owner] / self.cost_unit])
-        capacity = (budget - graph.fixed_memory - graph.compute_footprint) / scale
         pair_rows = n + np.arange(pairs)
         self.row_lower = np.concatenate([np.full(n, -np.inf), np.where(forced, 1.0, 0.0)])
-        self.row_upper = np.concatenate([capacity, np.full(pairs, np.inf)])
+        self.row_upper = np.concatenate([room / scale, np.full(pairs, np.inf)])
         x = np.arange(pairs)
         y = pairs + x
-        # x[v, t + 1] is the pair after (v, t) when stage t + 1 does not read v.
+        # Unless forced, the pair after (v, t) is v's next pair, listed right after it.
         follower = np.flatnonzero(~forced)
         rows = np.concatenate([stage, pair_rows, pair_rows, pair_rows[follower]])
         cols = np.concatenate([x, x, y, x[follower] + 1])
@@ -138,3 +156,15 @@ class _Relaxation:
         self.index = rows[order].astype(np.int32)
         self.value = vals[order]
         self.start = np.searchsorted(cols[order], np.arange(self.columns + 1)).astype(np.int32)
+
+
+def _load(n: int, lives: list[tuple[int, tuple[int, ...]]], memory: np.ndarray) -> np.ndarray:
+    """Per stage t, the memory of the values that have a pair there (made before t, read after t, not read at t)."""
+    diff = np.zeros(n + 1, dtype=np.int64)
+    for v, users in lives:
+        diff[v + 1] += memory[v]
+        diff[users[-1]] -= memory[v]
+        for u in users[:-1]:
+            diff[u] -= memory[v]
+            diff[u + 1] += memory[v]
+    return np.cumsum(diff)[:n]

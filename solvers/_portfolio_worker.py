@@ -6,10 +6,11 @@ runs the tasks and writes what they find as frames to the original stdout:
 - ``baselines``: ``("baseline", name, R, S, cost)`` for the cheapest baseline that fits;
 - ``bound``: when no baseline fits, first ``("infeasible", first, last)`` if :mod:`._windows` proves
   (within :data:`WINDOW_SHARE` of the time limit) that no schedule fits stages first to last, which
-  ends the task; then ``("bound", value, how)`` for the LP bound of :mod:`._bound` (within
-  :data:`LP_SHARE` of the time limit), then, when the relaxation is small enough, the MIP bound
-  (within :data:`MIP_SHARE`) once the LP bound accounts for the share ``explained`` of the best
-  plan's overhead (0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
+  ends the task; then ``("bound", value, how)`` for the LP bounds of :mod:`._bound` over more and
+  more stages (:data:`LP_ROWS`, within :data:`LP_SHARE` of the time limit), then, when the
+  relaxation is small enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound accounts
+  for the share ``explained`` of the best plan's overhead (0: at once; the parent asks for
+  :data:`MIP_WHEN_EXPLAINED`);
 - ``anneal``: ``("best", cost, extras)`` for each new best of an annealing chain.
 
 ``("log", line)`` frames carry notes and failures. On stdin, ``("best", cost)`` frames tell the
@@ -38,13 +39,18 @@ from ._fallback import best_baseline
 from ._windows import prove_infeasible
 from .backends._process import GRACE_S, read_frame, write_frame
 
-__all__ = ["LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "WINDOW_SHARE", "main", "run_tasks"]
+__all__ = ["LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "WINDOW_SHARE", "main", "run_tasks"]
 
 WINDOW_SHARE = 0.75
 """Share of the time limit the proof may spend (the chains search for a plan meanwhile)."""
 
 LP_SHARE = 0.5
-"""Share of the time limit the bound may spend on its LP (an LP not solved by then proves nothing)."""
+"""Share of the time limit the bound may spend on its LPs (an LP not solved by then proves nothing)."""
+
+LP_ROWS = (64, 256, None)
+"""Memory rows of the successive LP bounds: the most overloaded stages, then all that can bind. The
+next LP is solved only when the last one raised the bound (on most graphs 64 stages give the value
+of all of them, in a fraction of the time)."""
 
 MIP_SHARE = 0.25
 """Share of the time limit the bound may spend as a MIP once its LP is solved."""
@@ -102,11 +108,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         if window is not None:
             send(("infeasible", window.start, window.stop - 1))
             return
-    lp = None
-    if "bound" in tasks and not ctx.stopped():
-        lp = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), LP_SHARE * ctx.time_limit_s))
-        if lp is not None:
-            send(("bound", lp, "retention LP"))
+    lp = _lp_bound(graph, budget, ctx, send) if "bound" in tasks else None
     columns = 2 * sum(max(0, us[-1] - v - len(us)) for v, us in enumerate(graph.users) if us)
     mip_wanted = lp is not None and columns <= MIP_COLUMNS
 
@@ -129,6 +131,22 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             ctx.stop_event.wait(0.2)
         else:
             break
+
+
+def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> float | None:
+    """The best LP bound over the rungs of :data:`LP_ROWS` solved within :data:`LP_SHARE` of the time limit."""
+    deadline = time.monotonic() + LP_SHARE * ctx.time_limit_s
+    best = None
+    for rows in LP_ROWS:
+        left = min(ctx.remaining_s(), deadline - time.monotonic())
+        if ctx.stopped() or left <= 0:
+            break
+        lp = retention_bound(graph, budget, time_limit_s=left, stages=rows)
+        if lp is None or (best is not None and lp <= best * (1 + 1e-9)):
+            break
+        best = lp
+        send(("bound", lp, f"retention LP, {rows or 'all'} stages"))
+    return best
 
 
 def _watch(requests: IO[bytes], ctx: SolveContext, best: list[float]) -> None:

@@ -58,10 +58,11 @@ def test_the_retention_bounds_never_exceed_the_exhaustive_optimum(g: Graph) -> N
     if any(kind == "infeasible" for kind, *_ in messages):  # a window proved it first: then there is no bound to check
         assert optimum == math.inf
         return
-    bounds = {how: value for kind, value, how in messages if kind == "bound"}
-    assert "retention LP" in bounds
-    assert g.base_cost - 1e-9 <= bounds["retention LP"] <= bounds.get("retention MIP", math.inf)
-    for value in bounds.values():
+    bounds = [(how, value) for kind, value, how in messages if kind == "bound"]
+    lps = [value for how, value in bounds if how.startswith("retention LP")]
+    assert lps == sorted(lps) and lps[0] >= g.base_cost - 1e-9  # more stages, higher bounds
+    assert lps[-1] <= dict(bounds).get("retention MIP", math.inf)
+    for _, value in bounds:
         assert value <= optimum + 1e-9
 
 
@@ -72,8 +73,18 @@ def test_the_documented_bounds_of_a_four_node_graph() -> None:
         {"id": "c", "deps": ["b"], "cost": 1, "memory": 2},
         {"id": "d", "deps": ["a", "c"], "cost": 1, "memory": 1}]})
     bounds = {how: value for kind, value, how in helper_messages(g.to_json(), 7, ("bound",)) if kind == "bound"}
-    assert bounds == pytest.approx({"retention LP": 4.25, "retention MIP": 5.0}, rel=1e-5)
+    assert bounds == pytest.approx({"retention LP, 64 stages": 4.25, "retention MIP": 5.0}, rel=1e-5)
     assert stage_optima(g, [7]) == [5.0]
+
+
+def test_the_lp_bounds_climb_to_the_value_of_the_whole_relaxation() -> None:
+    # rl500 at 0.6: 64 stages bound less than all; the last LP, over every stage whose row can bind,
+    # has the value the relaxation had with a row for every stage (solved before rows were left out).
+    g = benchmark_graph("rl500")
+    messages = helper_messages(g.to_json(), resolve_budget(g, budget_ratio=0.6), ("bound",), explained=1.0)
+    lps = [(how, value) for kind, value, how in messages if kind == "bound"]
+    assert [how for how, _ in lps] == [f"retention LP, {rows} stages" for rows in ("64", "256", "all")]
+    assert lps[0][1] < lps[1][1] < lps[2][1] == pytest.approx(267537.04557, rel=1e-9)
 
 
 def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:
