@@ -32,7 +32,7 @@ import numpy as np
 
 from remat.schedules import Graph
 
-__all__ = ["retention_bound"]
+__all__ = ["relaxation_columns", "retention_bound"]
 
 _SAFETY = 1e-6
 """Relative margin taken off an engine's optimum or dual bound before it is reported as proved."""
@@ -97,6 +97,11 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
     if not np.isfinite(value):
         return None
     return graph.base_cost + max(0.0, value * model.cost_unit * (1 - _SAFETY))
+
+
+def relaxation_columns(graph: Graph, budget: int, stages: int | None = None) -> int:
+    """Variables of the relaxation :func:`retention_bound` solves (to judge whether a MIP of it is worth the time)."""
+    return _Relaxation(graph, budget, stages).columns
 
 
 class _Relaxation:

@@ -33,7 +33,7 @@ from typing import IO, Any
 from remat.schedules import Graph
 
 from ._anneal import Annealer
-from ._bound import retention_bound
+from ._bound import relaxation_columns, retention_bound
 from ._context import SolveContext
 from ._fallback import best_baseline
 from ._windows import prove_infeasible
@@ -50,7 +50,7 @@ LP_SHARE = 0.5
 LP_ROWS = (64, 256, None)
 """Memory rows of the successive LP bounds: the most overloaded stages, then all that can bind. The
 next LP is solved only when the last one raised the bound (on most graphs 64 stages give the value
-of all of them, in a fraction of the time)."""
+of all of them, in a fraction of the time). The MIP bound keeps the rows of the last LP that did."""
 
 MIP_SHARE = 0.25
 """Share of the time limit the bound may spend as a MIP once its LP is solved."""
@@ -108,9 +108,8 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         if window is not None:
             send(("infeasible", window.start, window.stop - 1))
             return
-    lp = _lp_bound(graph, budget, ctx, send) if "bound" in tasks else None
-    columns = 2 * sum(max(0, us[-1] - v - len(us)) for v, us in enumerate(graph.users) if us)
-    mip_wanted = lp is not None and columns <= MIP_COLUMNS
+    lp, rows = _lp_bound(graph, budget, ctx, send) if "bound" in tasks else (None, None)
+    mip_wanted = lp is not None and relaxation_columns(graph, budget, rows) <= MIP_COLUMNS
 
     def mip_due(_: Annealer | None = None) -> bool:
         overhead = best[0] - graph.base_cost
@@ -122,7 +121,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         if mip_due():
             mip_wanted = False
             mip = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), MIP_SHARE * ctx.time_limit_s),
-                                  integral=True)
+                                  integral=True, stages=rows)
             if mip is not None and lp is not None and mip > lp:
                 send(("bound", mip, "retention MIP"))
         elif annealer is not None:
@@ -133,10 +132,11 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             break
 
 
-def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> float | None:
-    """The best LP bound over the rungs of :data:`LP_ROWS` solved within :data:`LP_SHARE` of the time limit."""
+def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> tuple[float | None, int | None]:
+    """The best LP bound over the rungs of :data:`LP_ROWS` solved within :data:`LP_SHARE` of the time
+    limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further)."""
     deadline = time.monotonic() + LP_SHARE * ctx.time_limit_s
-    best = None
+    best, best_rows = None, None
     for rows in LP_ROWS:
         left = min(ctx.remaining_s(), deadline - time.monotonic())
         if ctx.stopped() or left <= 0:
@@ -144,9 +144,9 @@ def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> float
         lp = retention_bound(graph, budget, time_limit_s=left, stages=rows)
         if lp is None or (best is not None and lp <= best * (1 + 1e-9)):
             break
-        best = lp
+        best, best_rows = lp, rows
         send(("bound", lp, f"retention LP, {rows or 'all'} stages"))
-    return best
+    return best, best_rows
 
 
 def _watch(requests: IO[bytes], ctx: SolveContext, best: list[float]) -> None:
