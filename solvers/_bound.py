@@ -32,19 +32,20 @@ import numpy as np
 
 from remat.schedules import Graph
 
-__all__ = ["relaxation_columns", "retention_bound"]
+__all__ = ["overloaded_stages", "retention_bound"]
 
 _SAFETY = 1e-6
 """Relative margin taken off an engine's optimum or dual bound before it is reported as proved."""
 
 
 def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral: bool = False,
-                    stages: int | None = None) -> float | None:
+                    stages: int | None = None, max_columns: int | None = None) -> float | None:
     """A proved lower bound on the cost of any schedule within ``budget``; None if none was proved in time.
 
     ``integral`` solves the relaxation as a MIP and returns its dual bound (tighter, slower);
     otherwise the LP optimum is returned, and only when the LP was solved to optimality.
     ``stages`` keeps the memory rows of only that many stages, the most overloaded ones.
+    A relaxation with more than ``max_columns`` variables is not solved (None).
 
     Examples
     --------
@@ -68,6 +69,8 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
     model = _Relaxation(graph, budget, stages)
     if model.columns == 0:
         return graph.base_cost
+    if max_columns is not None and model.columns > max_columns:
+        return None
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", max(float(time_limit_s), 0.01))
@@ -99,9 +102,9 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
     return graph.base_cost + max(0.0, value * model.cost_unit * (1 - _SAFETY))
 
 
-def relaxation_columns(graph: Graph, budget: int, stages: int | None = None) -> int:
-    """Variables of the relaxation :func:`retention_bound` solves (to judge whether a MIP of it is worth the time)."""
-    return _Relaxation(graph, budget, stages).columns
+def overloaded_stages(graph: Graph, budget: int) -> int:
+    """How many stages have a memory row that can bind: more ``stages`` than that change nothing."""
+    return int((_overload(graph, budget, _lives(graph)) > 0).sum())
 
 
 class _Relaxation:
@@ -123,8 +126,8 @@ class _Relaxation:
         positive = cost[cost > 0]
         self.cost_unit = float(positive.mean()) if positive.size else 1.0
         room = budget - graph.fixed_memory - graph.compute_footprint
-        lives = [(v, users) for v, users in enumerate(graph.users) if users and mem[v] > 0 and cost[v] > 0]
-        overload = _load(n, lives, graph.memory) - room
+        lives = _lives(graph)
+        overload = _overload(graph, budget, lives)
         rowed = overload > 0
         if stages is not None and stages < int(rowed.sum()):
             rowed[:] = False
@@ -163,13 +166,20 @@ class _Relaxation:
         self.start = np.searchsorted(cols[order], np.arange(self.columns + 1)).astype(np.int32)
 
 
-def _load(n: int, lives: list[tuple[int, tuple[int, ...]]], memory: np.ndarray) -> np.ndarray:
-    """Per stage t, the memory of the values that have a pair there (made before t, read after t, not read at t)."""
-    diff = np.zeros(n + 1, dtype=np.int64)
+def _lives(graph: Graph) -> list[tuple[int, tuple[int, ...]]]:
+    """The values that get variables, with their readers: read at all, of some size and some cost."""
+    return [(v, users) for v, users in enumerate(graph.users) if users and graph.memory[v] > 0 and graph.cost[v] > 0]
+
+
+def _overload(graph: Graph, budget: int, lives: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:
+    """Per stage t, how far the values that have a pair there (made before t, read after t, not read at
+    t) exceed the room left beside t's own footprint: the row of t can bind only where this is positive."""
+    memory = graph.memory
+    diff = np.zeros(graph.size + 1, dtype=np.int64)
     for v, users in lives:
         diff[v + 1] += memory[v]
         diff[users[-1]] -= memory[v]
         for u in users[:-1]:
             diff[u] -= memory[v]
             diff[u + 1] += memory[v]
-    return np.cumsum(diff)[:n]
+    return np.cumsum(diff)[:-1] - (budget - graph.fixed_memory - graph.compute_footprint)

@@ -33,7 +33,7 @@ from typing import IO, Any
 from remat.schedules import Graph
 
 from ._anneal import Annealer
-from ._bound import relaxation_columns, retention_bound
+from ._bound import overloaded_stages, retention_bound
 from ._context import SolveContext
 from ._fallback import best_baseline
 from ._windows import prove_infeasible
@@ -110,7 +110,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             send(("infeasible", window.start, window.stop - 1))
             return
     lp, rows = _lp_bound(graph, budget, ctx, send) if "bound" in tasks else (None, None)
-    mip_wanted = lp is not None and relaxation_columns(graph, budget, rows) <= MIP_COLUMNS
+    mip_wanted = lp is not None
 
     def mip_due(_: Annealer | None = None) -> bool:
         overhead = best[0] - graph.base_cost
@@ -122,7 +122,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         if mip_due():
             mip_wanted = False
             mip = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), MIP_SHARE * ctx.time_limit_s),
-                                  integral=True, stages=rows)
+                                  integral=True, stages=rows, max_columns=MIP_COLUMNS)
             if mip is not None and lp is not None and mip > lp:
                 send(("bound", mip, "retention MIP"))
         elif annealer is not None:
@@ -137,8 +137,9 @@ def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> tuple
     """The best LP bound over the rungs of :data:`LP_ROWS` solved within :data:`LP_SHARE` of the time
     limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further)."""
     deadline = time.monotonic() + LP_SHARE * ctx.time_limit_s
+    overloaded = overloaded_stages(graph, budget)
     best, best_rows = None, None
-    for rows in LP_ROWS:
+    for rows in dict.fromkeys(None if k is None or k >= overloaded else k for k in LP_ROWS):
         left = min(ctx.remaining_s(), deadline - time.monotonic())
         if ctx.stopped() or left <= 0:
             break
