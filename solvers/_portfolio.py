@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import queue
 import subprocess
 import sys
 import threading
@@ -193,27 +194,39 @@ class _Helper:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )  # in the solve's process group: killing the solve's group (as the service does) takes it too
         assert self.process.stdin is not None and self.process.stdout is not None
+        # Frames to the helper go through a queue and a thread of their own: the first (the whole
+        # graph) blocks until the new process has started and reads it, which must not delay the
+        # chain's first plan, and later ones must not wait for it.
+        self.outbox: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+        self.outbox.put((graph.to_json(), budget, seed, time_limit_s, tasks, MIP_WHEN_EXPLAINED))
+        self.writer = threading.Thread(target=self._write, args=(self.process.stdin,), daemon=True)
         self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
+        self.writer.start()
         self.reader.start()
-        try:
-            write_frame(self.process.stdin, (graph.to_json(), budget, seed, time_limit_s, tasks, MIP_WHEN_EXPLAINED))
-        except (BrokenPipeError, OSError):
-            pool.note(f"helper {seed} did not start")
 
     def tell(self, cost: float) -> None:
         """Let the helper know the best cost so far (it decides whether a MIP bound is worth its time)."""
         if cost < self.told:
             self.told = cost
-            self._send(("best", cost))
+            self.outbox.put(("best", cost))
 
     def stop(self) -> None:
-        self._send(("stop",))
+        self.outbox.put(("stop",))
 
-    def _send(self, message: tuple[object, ...]) -> None:
-        try:
-            write_frame(self.process.stdin, message)  # type: ignore[arg-type]
-        except (BrokenPipeError, OSError, ValueError):
-            pass
+    def _write(self, stream: IO[bytes]) -> None:
+        """Write the outbox's frames in order until the stop frame, or until the helper is gone."""
+        started = False
+        while True:
+            message = self.outbox.get()
+            try:
+                write_frame(stream, message)
+            except (BrokenPipeError, OSError, ValueError):
+                if not started:
+                    self.pool.note(f"helper {self.seed} did not start")
+                return
+            started = True
+            if message == ("stop",):
+                return
 
     def join(self) -> None:
         try:
@@ -221,6 +234,7 @@ class _Helper:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self.writer.join(_GRACE_S)
         self.reader.join(_GRACE_S)
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
