@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 
 import pytest
@@ -144,6 +145,16 @@ def test_a_helper_that_died_is_joined_without_an_error() -> None:
     helper.stop()
     helper.join()
     assert helper.process.stdin is not None and helper.process.stdin.closed
+
+
+def test_a_helper_that_cannot_start_leaves_the_solve_its_own_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph goes to a helper from a thread of its own: when no helper reads it, the solve's chain
+    still finds its plan, and the log says the helper did not start."""
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    g = benchmark_graph("rl500")  # its request is larger than a pipe holds, so writing it must fail
+    result = solve(g, budget_ratio=0.8, strategy="checkmate", time_limit_s=3, threads=2)
+    assert result.status is ResultStatus.FEASIBLE and result.peak_memory <= result.budget
+    assert any("helper 1 did not start" in line for line in result.log), result.log
 
 
 @pytest.mark.slow
