@@ -122,7 +122,7 @@ class _Pool:
         with self._lock:
             self.infeasible = True
             self.log.append(f"no schedule fits stages {first} to {last} within the budget (window of the MILP, "
-                            "proved infeasible): nothing fits")
+                            "proved infeasible): no schedule of Checkmate's form fits")
 
     def note(self, line: str) -> None:
         with self._lock:
