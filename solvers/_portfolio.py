@@ -121,7 +121,7 @@ class _Pool:
     def offer_infeasible(self, first: int, last: int) -> None:
         with self._lock:
             self.infeasible = True
-            self.log.append(f"no schedule fits stages {first} to {last} within the budget (window of the MILP, "
+            self.log.append(f"stages {first} to {last} cannot run within the budget (window of the MILP, "
                             "proved infeasible): no schedule of Checkmate's form fits")
 
     def note(self, line: str) -> None:

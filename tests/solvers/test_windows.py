@@ -55,7 +55,7 @@ def test_checkmate_answers_infeasible_for_a_graph_that_fits_its_memory_floor_but
 
 @pytest.mark.slow
 def test_rl250_has_no_schedule_at_sixty_percent() -> None:
-    """Its memory floor is 0.597 of the peak, yet two stages show that nothing fits 0.6 (HiGHS 1.12
+    """Its memory floor is 0.597 of the peak, yet two stages show that no schedule fits 0.6 (HiGHS 1.12
     closes that window at the root in 3 to 5 s; the solve stops as soon as the proof comes)."""
     g = benchmark_graph("rl250")
     result = solve(g, budget_ratio=0.6, strategy="checkmate", time_limit_s=60, threads=2)
