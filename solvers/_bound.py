@@ -125,7 +125,7 @@ class _Relaxation:
         scale = max(float(mem.max()), 1.0)
         positive = cost[cost > 0]
         self.cost_unit = float(positive.mean()) if positive.size else 1.0
-        room = budget - graph.fixed_memory - graph.compute_footprint
+        room = _room(graph, budget)
         lives = _lives(graph)
         overload = _overload(graph, budget, lives)
         rowed = overload > 0
@@ -182,4 +182,9 @@ def _overload(graph: Graph, budget: int, lives: list[tuple[int, tuple[int, ...]]
         for u in users[:-1]:
             diff[u] -= memory[v]
             diff[u + 1] += memory[v]
-    return np.cumsum(diff)[:-1] - (budget - graph.fixed_memory - graph.compute_footprint)
+    return np.cumsum(diff)[:-1] - _room(graph, budget)
+
+
+def _room(graph: Graph, budget: int) -> np.ndarray:
+    """Per stage t, the memory left for values held across t beside fixed memory and t's own footprint."""
+    return budget - graph.fixed_memory - graph.compute_footprint
