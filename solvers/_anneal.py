@@ -29,7 +29,7 @@ import numpy as np
 
 from remat.schedules import Graph, Schedule
 
-from ._context import Outcome, SolveContext
+from ._context import Outcome, SolveContext, Throttle
 from ._timeline import Timeline
 
 __all__ = ["Annealer", "anneal", "timeline_from_schedule"]
@@ -66,11 +66,18 @@ STUCK_ROUNDS = 3
 COOLING = 1e-3
 """Final temperature as a fraction of the initial one."""
 
+WEIGHT_UP = 1.05
+"""Factor on the memory penalty's weight after :data:`WEIGHT_UP_AFTER` moves in a row over budget."""
+
+WEIGHT_UP_AFTER = 200
+
+WEIGHT_DOWN = 1.01
+"""Divisor of the memory penalty's weight every :data:`WEIGHT_DOWN_EVERY` moves while the state fits."""
+
+WEIGHT_DOWN_EVERY = 50
+
 _CHECK_EVERY = 128
 """Moves between looks at the clock and the stop flag."""
-
-_REPORT_EVERY_S = 0.5
-"""Least seconds between two progress reports of a new best."""
 
 
 def timeline_from_schedule(graph: Graph, schedule: Schedule) -> Timeline:
@@ -79,17 +86,14 @@ def timeline_from_schedule(graph: Graph, schedule: Schedule) -> Timeline:
     Its cost is the schedule's simulated cost and its peak is at most the schedule's, since each
     copy is then kept only until its last read.
     """
-    tl = Timeline(graph)
     extra = schedule.R & ~schedule.S
     np.fill_diagonal(extra, False)
-    for t, v in zip(*np.nonzero(extra), strict=True):
-        tl.add(int(v), int(t))
-    return tl
+    return Timeline.with_extras(graph, [(int(v), int(t)) for t, v in zip(*np.nonzero(extra), strict=True)])
 
 
 def anneal(graph: Graph, budget: int, ctx: SolveContext, start: Schedule | None = None, *,
-           seed: int = 0, moves: int | None = None) -> Outcome:
-    """Anneal until the time limit, a stop or ``moves`` moves; return the cheapest schedule that fits.
+           seed: int = 0, max_moves: int | None = None) -> Outcome:
+    """Anneal until the time limit, a stop or ``max_moves`` moves; return the cheapest schedule that fits.
 
     Parameters
     ----------
@@ -99,7 +103,7 @@ def anneal(graph: Graph, budget: int, ctx: SolveContext, start: Schedule | None 
         Where to start (a baseline's schedule); checkpoint-all otherwise.
     seed : int
         Seed of the move generator.
-    moves : int, optional
+    max_moves : int, optional
         Stop after this many moves and cool over them instead of over the time left (a run that
         does not depend on the machine's speed).
 
@@ -111,20 +115,18 @@ def anneal(graph: Graph, budget: int, ctx: SolveContext, start: Schedule | None 
     ...     {"id": "b", "deps": ["a"], "cost": 1, "memory": 2},
     ...     {"id": "c", "deps": ["b"], "cost": 1, "memory": 2},
     ...     {"id": "d", "deps": ["a", "c"], "cost": 1, "memory": 1}]})
-    >>> outcome = anneal(g, 7, SolveContext(), moves=2000)
+    >>> outcome = anneal(g, 7, SolveContext(), max_moves=2000)
     >>> outcome.schedule.compute_count  # a is computed again for d instead of being kept
     5
     """
     annealer = Annealer(graph, budget, seed=seed, start=start)
-    last = -math.inf
+    throttle = Throttle()
 
     def report(cost: float, extras: list[tuple[int, int]]) -> None:
-        nonlocal last
-        if last == -math.inf or time.monotonic() >= last + _REPORT_EVERY_S:
+        if throttle.due():
             ctx.report(incumbent_cost=cost)
-            last = time.monotonic()
 
-    annealer.run(ctx, moves=moves, on_best=report)
+    annealer.run(ctx, max_moves=max_moves, on_best=report)
     if annealer.best_cost is not None:
         ctx.report(incumbent_cost=annealer.best_cost)
     return annealer.outcome()
@@ -150,9 +152,8 @@ class Annealer:
         self.rng = random.Random(seed)
         self.extras: list[tuple[int, int]] = []
         self._where: dict[tuple[int, int], int] = {}
-        for v, stages in enumerate(self.tl.stages):
-            for t in stages[1:]:
-                self._track(v, t)
+        for v, t in self.tl.extras():
+            self._track(v, t)
         cost = graph.cost
         self.temperature0 = 0.5 * float(cost[cost > 0].mean()) if (cost > 0).any() else 1.0
         self.epsilon = 1e-3 * self.temperature0
@@ -162,9 +163,10 @@ class Annealer:
         self.best_extra = math.inf
         self.created = time.monotonic()
         self.best_at_s: float | None = None
-        """Seconds from creation to the best state (and to the first that fit)."""
-        self.first_at_s: float | None = None
+        """Seconds from creation to the best state."""
         self.moves = 0
+        """Moves made so far."""
+        self._over_streak = 0
 
     # -- results ----------------------------------------------------------------------------------
 
@@ -177,10 +179,7 @@ class Annealer:
         """The cheapest schedule found that fits, or None."""
         if self.best is None:
             return None
-        tl = Timeline(self.graph)
-        for v, t in self.best:
-            tl.add(v, t)
-        return tl.schedule()
+        return Timeline.with_extras(self.graph, self.best).schedule()
 
     def outcome(self) -> Outcome:
         """The best schedule as an Outcome, with a line for the log."""
@@ -191,10 +190,10 @@ class Annealer:
 
     # -- the search -------------------------------------------------------------------------------
 
-    def run(self, ctx: SolveContext, *, moves: int | None = None,
+    def run(self, ctx: SolveContext, *, max_moves: int | None = None,
             on_best: Callable[[float, list[tuple[int, int]]], None] | None = None,
             every: Callable[[Annealer], bool] | None = None) -> None:
-        """Descend to the budget, then anneal until ``ctx.stopped()`` (or ``moves`` moves).
+        """Descend to the budget, then anneal until ``ctx.stopped()`` (or ``max_moves`` moves).
 
         ``on_best(cost, extras)`` is called for each new best state that fits (cost including the
         base cost; ``extras`` its (node, stage) extra computations). ``every(self)``, called
@@ -211,24 +210,17 @@ class Annealer:
         self._descend(ctx)
         improved()
         temperature = self.temperature0
-        over_streak = 0
+        self._over_streak = 0
         while True:
             self.moves += 1
             if self.moves % _CHECK_EVERY == 0:
-                if ctx.stopped() or (moves is not None and self.moves >= moves) or (every and every(self)):
+                if ctx.stopped() or (max_moves is not None and self.moves >= max_moves) or (every and every(self)):
                     break
-                progress = self.moves / moves if moves else (time.monotonic() - started) / horizon
+                progress = self.moves / max_moves if max_moves else (time.monotonic() - started) / horizon
                 temperature = self.temperature0 * COOLING ** min(progress, 1.0)
             if self._step(temperature):
                 improved()
-            if self.excess > 0:
-                over_streak += 1
-                if over_streak > 200:
-                    self.weight *= 1.05
-                    over_streak = 0
-            elif self.moves % 50 == 0:
-                over_streak = 0
-                self.weight /= 1.01
+            self._adapt_weight()
 
     def adopt(self, extras: list[tuple[int, int]]) -> None:
         """Move to the state with these extra computations (found by another run), and keep it if it is the best."""
@@ -260,6 +252,18 @@ class Annealer:
         self._edit(added=dropped[::-1], removed=added)
         return False
 
+    def _adapt_weight(self) -> None:
+        """Raise the memory penalty's weight while the state stays over budget, lower it while it fits,
+        so that the search crosses infeasible ground but comes back to the budget."""
+        if self.excess > 0:
+            self._over_streak += 1
+            if self._over_streak > WEIGHT_UP_AFTER:
+                self.weight *= WEIGHT_UP
+                self._over_streak = 0
+        elif self.moves % WEIGHT_DOWN_EVERY == 0:
+            self._over_streak = 0
+            self.weight /= WEIGHT_DOWN
+
     def _drop(self, v: int, t: int) -> list[tuple[int, int]]:
         """Drop the extra computation of v at stage t, then each computation in stage t left unread by it.
 
@@ -288,16 +292,16 @@ class Annealer:
         while self.excess > 0 and stuck < DESCENT_PATIENCE and not ctx.stopped():
             best: tuple[float, list[tuple[int, int]], int] | None = None
             for _ in range(CANDIDATES):
-                moves = self._relief(self._pick_closure(stuck >= STUCK_ROUNDS))
-                if not moves:
+                computations = self._relief(self._pick_closure(stuck >= STUCK_ROUNDS))
+                if not computations:
                     continue
-                self._edit(added=moves)
+                self._edit(added=computations)
                 excess = self._excess()
-                self._edit(removed=moves)
+                self._edit(removed=computations)
                 if excess < self.excess:
-                    score = (self.excess - excess) / (sum(self.tl.cost[v] for v, _ in moves) + self.epsilon)
+                    score = (self.excess - excess) / (sum(self.tl.cost[v] for v, _ in computations) + self.epsilon)
                     if best is None or score > best[0]:
-                        best = (score, moves, excess)
+                        best = (score, computations, excess)
             if best is None:
                 stuck += 1
                 continue
@@ -316,10 +320,11 @@ class Annealer:
     def _relief(self, closure: bool) -> list[tuple[int, int]] | None:
         """Computations that free one value over the peak of a crowded stage, or None if none was found.
 
-        Picks a stage over the limit (or one of the fullest tenth), a value resident at its peak
-        that the peak's node does not read, and computes it again at the stage of its next read
-        (or, one time in three, at a stage between the peak and that read), with some deps, or
-        with all deps that are not resident when ``closure``.
+        Picks a stage over the limit (or, three times in ten and whenever none is, one of the fullest
+        tenth, at least ten stages), a value resident at its peak that the peak's node does not
+        read, and computes it again at the stage of its next read (or, three times in ten, at a
+        stage between the peak and that read), with some deps, or with all deps that are not
+        resident when ``closure``.
         """
         tl, rng, n = self.tl, self.rng, self.tl.n
         peaks = tl.peaks
@@ -348,19 +353,19 @@ class Annealer:
     def _with_deps(self, u: int, r: int, closure: bool) -> list[tuple[int, int]]:
         """Compute u at stage r, and some of the deps that are not resident there with it."""
         tl, n = self.tl, self.tl.n
-        moves = [(u, r)]
+        computations = [(u, r)]
         todo, seen = [u], {u}
         most, recurse = (MAX_CLOSURE, 1.0) if closure else (MAX_RELIEF, RECURSE)
-        while todo and len(moves) < most:
+        while todo and len(computations) < most:
             x = todo.pop()
             for d in tl.deps[x]:
                 if d in seen or tl.computes(d, r) or tl.live_at(d, r * n + x):
                     continue
-                if len(moves) < most and self.rng.random() < recurse:
+                if len(computations) < most and self.rng.random() < recurse:
                     seen.add(d)
-                    moves.append((d, r))
+                    computations.append((d, r))
                     todo.append(d)
-        return moves
+        return computations
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
@@ -375,8 +380,6 @@ class Annealer:
         self.best_extra = math.fsum(cost[v] for v, _ in self.extras)
         self.best = list(self.extras)
         self.best_at_s = time.monotonic() - self.created
-        if self.first_at_s is None:
-            self.first_at_s = self.best_at_s
         return True
 
     def _excess(self) -> int:

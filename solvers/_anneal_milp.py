@@ -14,7 +14,7 @@ import dataclasses
 from remat.schedules import Graph, plan_from_schedule, simulate
 
 from ._anneal import anneal
-from ._context import Outcome, Progress, SolveContext
+from ._context import Outcome, Progress, SolveContext, relative_gap
 from ._fallback import Baseline
 from ._milp_solve import solve_milp
 
@@ -37,7 +37,7 @@ def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baselin
     """Anneal from ``warm`` for a share of the time, then solve the MILP warm-started from the better plan."""
     share = min(ANNEAL_MAX_S, ANNEAL_SHARE * ctx.remaining_s())
     annealed = anneal(graph, budget, dataclasses.replace(ctx, time_limit_s=ctx.elapsed_s() + share),
-                      start=warm.schedule if warm is not None else None, moves=MOVES_PER_NODE * graph.size)
+                      start=warm.schedule if warm is not None else None, max_moves=MOVES_PER_NODE * graph.size)
     start = warm
     if annealed.schedule is not None:
         simulation = simulate(graph, plan_from_schedule(graph, annealed.schedule))
@@ -54,8 +54,7 @@ def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baselin
         if found.peak_memory <= budget and found.cost <= start.cost:
             return exact
     bound = exact.lower_bound
-    optimal = bound is not None and start.cost - bound <= (ctx.mip_gap + 1e-9) * start.cost
-    return Outcome(start.schedule, optimal=optimal, lower_bound=bound, backend=exact.backend,
+    return Outcome(start.schedule, optimal=ctx.proves(start.cost, bound), lower_bound=bound, backend=exact.backend,
                    log=[*exact.log, f"the MILP found nothing cheaper than the anneal's plan (cost {start.cost:g})"])
 
 
@@ -68,9 +67,8 @@ def _never_worse(ctx: SolveContext, start: Baseline | None) -> SolveContext:
     def report(progress: Progress) -> None:
         cost = progress.incumbent_cost
         if cost is None or cost > start.cost:
-            bound = progress.lower_bound
-            gap = None if bound is None or start.cost <= 0 else max(0.0, (start.cost - bound) / start.cost)
-            progress = dataclasses.replace(progress, incumbent_cost=start.cost, gap=gap)
+            progress = dataclasses.replace(progress, incumbent_cost=start.cost,
+                                           gap=relative_gap(start.cost, progress.lower_bound))
         sink(progress)
 
     return dataclasses.replace(ctx, on_progress=report)

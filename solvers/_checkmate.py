@@ -9,9 +9,8 @@ A solve runs in three steps:
    outcome's ``fallback`` names it.
 
 Paths live in :data:`PATHS`, in order of preference. The ``path`` option forces one; otherwise
-the first path whose ``fits(graph)`` is true is taken. The full MILP (``milp``) fits every graph
-and so comes last: a path for large graphs (a compact model, local search) plugs in by adding a
-:class:`SolutionPath` before it, with ``fits`` true for the graphs it is meant for. A path's
+the first path whose ``fits(graph)`` is true is taken: ``anneal`` above :data:`MILP_NODES` nodes,
+``anneal-milp`` up to it, so the full MILP alone (``milp``) runs only when forced. A path's
 ``run(graph, budget, ctx, warm)`` receives the best baseline (or None) to start from, must stop
 when ``ctx.stopped()``, reports progress through ``ctx.report``, and returns an Outcome whose
 ``optimal``, ``infeasible`` and ``lower_bound`` are proofs, never guesses. A path with
@@ -78,10 +77,7 @@ def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 
 def _read_options(options: Mapping[str, Any], graph: Graph) -> tuple[SolutionPath, bool]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidRequest(f"Unknown option {unknown[0]!r} for checkmate; the options are: {', '.join(OPTIONS)}.",
-                             field="options")
+    """The solution path and whether to warm-start, from the options (:data:`OPTIONS`; solve() rejects others)."""
     name = options.get("path")
     if name is None:
         path = next(p for p in PATHS.values() if p.fits(graph))
@@ -110,6 +106,5 @@ def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm
     if outcome.infeasible:
         outcome.log.append(f"the path claimed that nothing fits, but {warm.name} does: check the path")
     fallback = warm.as_fallback(outcome)
-    bound = outcome.lower_bound
-    fallback.optimal = bound is not None and warm.cost - bound <= (ctx.mip_gap + 1e-9) * warm.cost
+    fallback.optimal = ctx.proves(warm.cost, outcome.lower_bound)
     return fallback

@@ -8,6 +8,7 @@ strategy proved about it; :func:`remat.solvers.solve` turns it into a simulated 
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -17,7 +18,16 @@ from typing import Any
 
 from remat.schedules import Schedule
 
-__all__ = ["DEFAULT_MIP_GAP", "DEFAULT_TIME_LIMIT_S", "Outcome", "Progress", "SolveContext"]
+__all__ = [
+    "DEFAULT_MIP_GAP",
+    "DEFAULT_TIME_LIMIT_S",
+    "Outcome",
+    "Progress",
+    "SolveContext",
+    "Throttle",
+    "default_threads",
+    "relative_gap",
+]
 
 DEFAULT_TIME_LIMIT_S = 60.0
 """Seconds a solve may take when the request names no limit."""
@@ -25,10 +35,18 @@ DEFAULT_TIME_LIMIT_S = 60.0
 DEFAULT_MIP_GAP = 1e-4
 """Relative gap at which a MILP solve counts as proved optimal."""
 
+REPORT_EVERY_S = 0.5
+"""Least seconds between two progress reports of a new best found by a search (the first goes out at once)."""
+
+
+def default_threads() -> int:
+    """Threads a solve uses when the request names none: every CPU."""
+    return os.cpu_count() or 1
+
 
 @dataclass(frozen=True)
 class Progress:
-    """A snapshot of a running solve: elapsed seconds, best cost so far, best proved bound, gap."""
+    """A snapshot of a running solve: elapsed seconds, best cost so far, best proved bound, gap, and a note."""
 
     elapsed_s: float
     incumbent_cost: float | None = None
@@ -52,7 +70,7 @@ class SolveContext:
 
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     mip_gap: float = DEFAULT_MIP_GAP
-    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    threads: int = field(default_factory=default_threads)
     backend: str = "auto"
     options: Mapping[str, Any] = field(default_factory=dict)
     stop_event: threading.Event = field(default_factory=threading.Event)
@@ -71,16 +89,41 @@ class SolveContext:
         """True once the solve was cancelled or ran out of time."""
         return self.stop_event.is_set() or self.remaining_s() <= 0.0
 
+    def proves(self, cost: float, bound: float | None) -> bool:
+        """True when ``bound`` shows that a plan of ``cost`` is optimal within the context's gap."""
+        return bound is not None and cost < math.inf and cost - bound <= (self.mip_gap + 1e-9) * cost
+
     def report(self, *, incumbent_cost: float | None = None, lower_bound: float | None = None,
                message: str | None = None) -> None:
-        """Pass a progress snapshot to the sink, if there is one."""
-        gap = None
-        if incumbent_cost is not None and lower_bound is not None and incumbent_cost > 0:
-            gap = max(0.0, (incumbent_cost - lower_bound) / incumbent_cost)
+        """Pass a progress snapshot to the sink, if there is one; a message also goes into the log."""
         if message:
             self.log.append(message)
         if self.on_progress is not None:
-            self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound, gap, message))
+            self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound,
+                                      relative_gap(incumbent_cost, lower_bound), message))
+
+
+def relative_gap(cost: float | None, bound: float | None) -> float | None:
+    """(cost - bound) / cost, at least 0; None when either is unknown or the cost is not positive."""
+    if cost is None or bound is None or cost <= 0:
+        return None
+    return max(0.0, (cost - bound) / cost)
+
+
+@dataclass
+class Throttle:
+    """Says when a progress report is due: the first at once, then at most one every ``every_s`` seconds."""
+
+    every_s: float = REPORT_EVERY_S
+    _last: float = -math.inf
+
+    def due(self, *, force: bool = False) -> bool:
+        """True (and the clock restarts) when ``force`` or when ``every_s`` seconds have passed since the last."""
+        now = time.monotonic()
+        if not force and now < self._last + self.every_s:
+            return False
+        self._last = now
+        return True
 
 
 @dataclass
@@ -89,7 +132,8 @@ class Outcome:
 
     ``schedule`` is the best schedule (None when nothing was found); ``optimal`` and
     ``infeasible`` are proofs, never guesses; ``lower_bound`` is a proved bound on cost;
-    ``fallback`` names the strategy whose schedule this is when it is not the one asked for.
+    ``backend`` names the engine that ran, if any; ``fallback`` names the strategy whose schedule
+    this is when it is not the one asked for.
     """
 
     schedule: Schedule | None

@@ -3,8 +3,9 @@
 Every registered strategy that needs no solver backend (checkpoint-all, Chen, Griewank, the AP
 and linearized heuristics...) is a baseline. :func:`best_baseline` runs those that apply to the
 graph and returns the cheapest plan that fits the budget, simulated. The ``checkmate`` strategy
-hands it to the engine as a MIP start and returns it, with ``fallback`` set, when the engine
-finds nothing better in time; ``checkmate-lp`` returns it when no rounding fits.
+starts its search from it (on the anneal path, a helper process runs the baselines alongside) and
+returns it, with ``fallback`` set, when it finds nothing better in time; ``checkmate-lp`` returns
+it when no rounding fits.
 """
 
 from __future__ import annotations

@@ -129,10 +129,7 @@ def _best_rounding(graph: Graph, budget: int, fractional: np.ndarray, rounds: in
 
 
 def _read_options(options: Mapping[str, Any]) -> tuple[int, int]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidRequest(f"Unknown option {unknown[0]!r} for checkmate-lp; the options are: "
-                             f"{', '.join(OPTIONS)}.", field="options")
+    """Rounds and seed, from the options (:data:`OPTIONS`; solve() rejects others)."""
     rounds, seed = options.get("rounds", DEFAULT_ROUNDS), options.get("seed", 0)
     for name, value in (("rounds", rounds), ("seed", seed)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

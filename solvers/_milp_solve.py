@@ -94,6 +94,5 @@ class _Incumbents:
             return Outcome(None, lower_bound=self.bound, backend=backend, log=log)
         schedule, simulation = self.best
         cost, bound = simulation.cost, self.bound
-        optimal = bound is not None and cost - bound <= (self.ctx.mip_gap + 1e-9) * cost
-        return Outcome(schedule, optimal=optimal, lower_bound=None if bound is None else min(bound, cost),
-                       backend=backend, log=log)
+        return Outcome(schedule, optimal=self.ctx.proves(cost, bound),
+                       lower_bound=None if bound is None else min(bound, cost), backend=backend, log=log)

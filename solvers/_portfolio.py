@@ -23,14 +23,13 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import IO
 
 from remat.schedules import Graph, Schedule
 
 from ._anneal import Annealer, timeline_from_schedule
-from ._context import Outcome, SolveContext
+from ._context import Outcome, SolveContext, Throttle
 from ._fallback import Baseline
 from ._portfolio_worker import MIP_WHEN_EXPLAINED
 from ._timeline import Timeline
@@ -38,20 +37,15 @@ from .backends._process import read_frame, write_frame
 
 __all__ = ["portfolio"]
 
-_REPORT_EVERY_S = 0.5
-"""Least seconds between two progress reports of a new best (the first is reported at once)."""
-
 _GRACE_S = 2.0
 """Seconds a helper gets to finish after a stop before it is killed."""
 
 
-def portfolio(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | None) -> Outcome:
-    """Race annealing chains, the baselines (unless ``warm`` is given) and the lower bound; keep the best."""
+def portfolio(graph: Graph, budget: int, ctx: SolveContext, _warm: Baseline | None = None) -> Outcome:
+    """Race annealing chains, the baselines (unless the option ``warm_start`` is false) and the lower bound;
+    keep the best. This path runs the baselines itself, so it is never given a warm start (``_warm``)."""
     pool = _Pool(graph, budget, ctx)
-    if warm is not None:
-        pool.offer_baseline(warm.name, warm.schedule, warm.cost)
-    skip_baselines = warm is not None or ctx.options.get("warm_start", True) is False
-    first = ("bound",) if skip_baselines else ("baselines", "bound")
+    first = ("baselines", "bound") if ctx.options.get("warm_start", True) else ("bound",)
     helpers = [
         _Helper(graph, budget, pool, seed=k + 1, time_limit_s=ctx.remaining_s(),
                 tasks=(*first, "anneal") if k == 0 else ("anneal",))
@@ -90,7 +84,7 @@ class _Pool:
     infeasible: bool = False
     log: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _reported_at: float = -math.inf
+    _throttle: Throttle = field(default_factory=Throttle)
     _pending: bool = False
     _handed: str = ""
 
@@ -102,10 +96,8 @@ class _Pool:
 
     def offer_baseline(self, name: str, schedule: Schedule, cost: float) -> None:
         """A baseline's plan: the fallback, and (as extra computations) a start for chains that have none."""
-        tl = timeline_from_schedule(self.graph, schedule)
-        extras = [(v, t) for v, stages in enumerate(tl.stages) for t in stages[1:]]
+        extras = timeline_from_schedule(self.graph, schedule).extras()
         with self._lock:
-            self.log.append(f"best baseline: {name}, cost {cost:g}")
             if cost < self.cost:
                 self.baseline = (name, schedule, cost)
                 self.cost, self.extras, self.source = cost, extras, name
@@ -130,8 +122,7 @@ class _Pool:
 
     def proved(self) -> bool:
         """True when the bound shows the best cost is optimal within the context's gap."""
-        return self.bound is not None and self.cost < math.inf \
-            and self.cost - self.bound <= self.ctx.mip_gap * self.cost + 1e-9
+        return self.ctx.proves(self.cost, self.bound)
 
     def tend(self, annealer: Annealer) -> bool:
         """Between moves: hand a chain the best plan when it has none or a baseline beats it; flush a
@@ -153,13 +144,10 @@ class _Pool:
                 self._report(force=True)
 
     def _report(self, *, force: bool) -> None:
-        now = time.monotonic()
-        first = self._reported_at == -math.inf
-        if not (force or first or now >= self._reported_at + _REPORT_EVERY_S):
-            self._pending = True
+        """Report the best plan and bound now, or mark them pending when the last report was too recent."""
+        self._pending = not self._throttle.due(force=force)
+        if self._pending:
             return
-        self._pending = False
-        self._reported_at = now
         cost = self.cost if self.cost < math.inf else None
         self.ctx.report(incumbent_cost=cost, lower_bound=self.bound)
 
@@ -175,10 +163,7 @@ class _Pool:
             name, schedule, _ = self.baseline
             outcome = Outcome(schedule, lower_bound=bound, fallback=name, log=log)
         else:
-            tl = Timeline(self.graph)
-            for v, t in self.extras:
-                tl.add(v, t)
-            outcome = Outcome(tl.schedule(), lower_bound=bound, log=log)
+            outcome = Outcome(Timeline.with_extras(self.graph, self.extras).schedule(), lower_bound=bound, log=log)
         outcome.optimal = self.proved()
         return outcome
 

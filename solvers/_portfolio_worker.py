@@ -4,12 +4,13 @@ Reads one request frame from stdin, ``(graph document, budget, seed, time limit,
 runs the tasks and writes what they find as frames to the original stdout:
 
 - ``baselines``: ``("baseline", name, R, S, cost)`` for the cheapest baseline that fits;
-- ``bound``: when no baseline fits, first ``("infeasible", first, last)`` if :mod:`._windows` proves
-  (within :data:`WINDOW_SHARE` of the time limit) that no schedule fits stages first to last, which
-  ends the task; then ``("bound", value, how)`` for the LP bounds of :mod:`._bound` over more and
-  more stages (:data:`LP_ROWS`, within :data:`LP_SHARE` of the time limit), then, when the
-  relaxation is small enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound accounts
-  for the share ``explained`` of the best plan's overhead (0: at once; the parent asks for
+- ``bound``: first, while no plan is known (no baseline fits and the parent has told of none),
+  ``("infeasible", first, last)`` if :mod:`._windows` proves (within :data:`WINDOW_SHARE` of the
+  time limit) that no schedule fits stages first to last, which ends the task; then
+  ``("bound", value, how)`` for the LP bounds of :mod:`._bound` over more and more stages
+  (:data:`LP_ROWS`, within :data:`LP_SHARE` of the time limit), then, when the relaxation is small
+  enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound accounts for the share
+  ``explained`` of the best plan's overhead (0: at once; the parent asks for
   :data:`MIP_WHEN_EXPLAINED`);
 - ``anneal``: ``("best", cost, extras)`` for each new best of an annealing chain.
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 import threading
 import time
 import traceback
@@ -37,7 +37,7 @@ from ._bound import overloaded_stages, retention_bound
 from ._context import SolveContext
 from ._fallback import best_baseline
 from ._windows import prove_infeasible
-from .backends._process import GRACE_S, read_frame, write_frame
+from .backends._process import GRACE_S, child_protocol, read_frame
 
 __all__ = ["LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "WINDOW_SHARE", "main", "run_tasks"]
 
@@ -67,17 +67,9 @@ Send = Callable[[tuple[Any, ...]], None]
 
 
 def main() -> None:
-    protocol = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything an engine prints goes to stderr, not into the frames
-    requests = sys.stdin.buffer
+    requests, send = child_protocol()
     doc, budget, seed, time_limit_s, tasks, explained = read_frame(requests)
     ctx = SolveContext(time_limit_s=time_limit_s, threads=1)
-    lock = threading.Lock()
-
-    def send(message: tuple[Any, ...]) -> None:
-        with lock:
-            write_frame(protocol, message)
-
     best = [math.inf]
     threading.Thread(target=_watch, args=(requests, ctx, best), daemon=True).start()
     try:
@@ -85,7 +77,6 @@ def main() -> None:
     except Exception:  # every failure goes back to the parent as a note
         send(("log", f"helper {seed} failed: {traceback.format_exc(limit=3)}"))
     finally:
-        protocol.close()
         os._exit(0)
 
 
@@ -103,6 +94,8 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         if baseline is not None:
             send(("baseline", baseline.name, baseline.schedule.R, baseline.schedule.S, baseline.cost))
             best[0] = min(best[0], baseline.cost)
+        for line in ctx.log:  # what the baselines noted: failures, and the best of them
+            send(("log", line))
         send(("log", f"baselines done after {time.monotonic() - started:.1f} s"))
     if "bound" in tasks and best[0] == math.inf:
         window = prove_infeasible(graph, budget, dataclasses.replace(ctx, time_limit_s=WINDOW_SHARE * ctx.time_limit_s))

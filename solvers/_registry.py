@@ -5,10 +5,12 @@ from __future__ import annotations
 from remat.schedules import UnknownStrategy
 
 from ._articulation import check_articulation_points
+from ._checkmate import OPTIONS as CHECKMATE_OPTIONS
 from ._checkmate import checkmate
 from ._checkpoint import checkpoint_all, checkpoint_last
 from ._chen import SEGMENT_BUDGET, ap_greedy, ap_sqrtn, linearized_greedy, linearized_sqrtn
 from ._griewank import SNAPSHOTS, griewank
+from ._lp_rounding import OPTIONS as LP_OPTIONS
 from ._lp_rounding import checkmate_lp
 from ._strategy import Strategy, check_chain, check_training_graph
 from .backends import BACKENDS
@@ -36,9 +38,9 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("linearized-greedy", "Chen's greedy over every forward node in execution order; budget searched.",
                  linearized_greedy, check=check_training_graph, knob=SEGMENT_BUDGET),
         Strategy("checkmate", "Optimal MILP of the Checkmate paper, warm-started from the best baseline.", checkmate,
-                 backends=tuple(BACKENDS)),
+                 backends=tuple(BACKENDS), options=CHECKMATE_OPTIONS),
         Strategy("checkmate-lp", "LP relaxation with two-phase rounding; its LP value is a lower bound.", checkmate_lp,
-                 backends=tuple(name for name, b in BACKENDS.items() if b.lp)),
+                 backends=tuple(name for name, b in BACKENDS.items() if b.lp), options=LP_OPTIONS),
     )
 }
 

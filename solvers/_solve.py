@@ -20,7 +20,7 @@ from remat.schedules import (
     simulate,
 )
 
-from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext
+from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext, default_threads
 from ._registry import get_strategy
 from ._result import Result, ResultStatus
 
@@ -62,11 +62,12 @@ def solve(
         raise InvalidRequest(f"'time_limit_s' must be > 0, got {time_limit_s!r}.", field="time_limit_s")
     if not 0 <= mip_gap < 1:
         raise InvalidRequest(f"'mip_gap' must be in [0, 1), got {mip_gap!r}.", field="mip_gap")
+    strat.check_options(options or {})
     strat.check(graph)
     ctx = SolveContext(
         time_limit_s=time_limit_s,
         mip_gap=mip_gap,
-        threads=threads or SolveContext().threads,
+        threads=threads or default_threads(),
         backend=backend or "auto",
         options=dict(options or {}),
         stop_event=stop_event or threading.Event(),

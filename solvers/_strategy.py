@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from remat.schedules import Graph, StrategyNotApplicable
+from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable
 
 from ._context import Outcome, SolveContext
 
@@ -53,7 +54,8 @@ class Strategy:
 
     ``run(graph, budget, ctx)`` returns an Outcome; ``check(graph)`` raises StrategyNotApplicable
     when the strategy does not apply; ``backends`` lists the engines it can use (empty for the
-    heuristics, which use none); ``knob`` names the parameter a heuristic searches.
+    heuristics, which use none); ``knob`` names the parameter a heuristic searches (an option
+    that pins it); ``options`` describes the other options it reads from ``ctx.options``.
     """
 
     name: str
@@ -62,3 +64,12 @@ class Strategy:
     check: Check = every_graph
     backends: tuple[str, ...] = ()
     knob: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Raise InvalidRequest naming the first option this strategy does not read."""
+        known = [*([self.knob] if self.knob else []), *self.options]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            takes = f"the options are: {', '.join(known)}" if known else "it takes none"
+            raise InvalidRequest(f"Unknown option {unknown[0]!r} for {self.name}; {takes}.", field="options")

@@ -78,12 +78,23 @@ class Timeline:
         """top[t]: the node at whose computation stage t peaks."""
         self.extra_cost = 0.0
         for v in range(n):
-            self.ends[v] = self._copy_ends(v)
+            self.ends[v] = [self._last_read(v, v * n + v, n * n)]
             self._place(v, v, self.ends[v][0], 1, set())
         for t in range(n):
             self._refresh_stage(t)
 
+    @classmethod
+    def with_extras(cls, graph: Graph, extras: Iterable[tuple[int, int]]) -> Timeline:
+        """The timeline that also computes each node v at each stage t of the (v, t) pairs ``extras``."""
+        tl = cls(graph)
+        tl.edit(added=extras)
+        return tl
+
     # -- reading ----------------------------------------------------------------------------------
+
+    def extras(self) -> list[tuple[int, int]]:
+        """Every computation but each node's first, as (node, stage) pairs."""
+        return [(v, t) for v, stages in enumerate(self.stages) for t in stages[1:]]
 
     @property
     def peaks(self) -> np.ndarray:
@@ -203,15 +214,6 @@ class Timeline:
         self._place(u, start, self.ends[u][j], -1, dirty)
         self.ends[u][j] = end
         self._place(u, start, end, 1, dirty)
-
-    def _copy_ends(self, v: int) -> list[int]:
-        n, stages, reads = self.n, self.stages[v], self.reads[v]
-        out = []
-        for k, t in enumerate(stages):
-            start = t * n + v
-            hi = bisect_left(reads, stages[k + 1] * n + v) if k + 1 < len(stages) else len(reads)
-            out.append(reads[hi - 1] if hi and reads[hi - 1] > start else start)
-        return out
 
     def _place(self, v: int, t: int, end: int, sign: int, dirty: set[int]) -> None:
         """Add (sign 1) or take away (sign -1) the copy of v made at stage t and last read at slot ``end``.

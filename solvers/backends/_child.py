@@ -13,25 +13,17 @@ import signal
 import sys
 import threading
 import time
-from typing import IO, Any
+from typing import IO
 
-from ._process import GRACE_S, read_frame, write_frame
+from ._process import GRACE_S, child_protocol, read_frame
 from ._protocol import Limits
 from ._table import get_backend
 
 
 def main() -> None:
-    protocol = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    requests = sys.stdin.buffer
+    requests, send = child_protocol()
     _, name, model, limits_doc = read_frame(requests)
     limits = Limits(**limits_doc)
-    lock = threading.Lock()
-
-    def send(message: Any) -> None:
-        with lock:
-            write_frame(protocol, message)
-
     threading.Thread(target=_watch_parent, args=(requests, limits), daemon=True).start()
     try:
         result = get_backend(name).solve(model, limits, lambda progress: send(("progress", progress)))

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import IO, Any
 
 import numpy as np
@@ -31,7 +32,7 @@ from ._model import MilpModel
 from ._protocol import BackendResult, EngineStatus, Limits, ProgressCallback, SolverProgress
 from ._table import Backend
 
-__all__ = ["GRACE_S", "read_frame", "run_backend", "write_frame"]
+__all__ = ["GRACE_S", "child_protocol", "read_frame", "run_backend", "write_frame"]
 
 GRACE_S = 1.5
 """Seconds an engine gets to return its incumbent after a stop request before it is killed."""
@@ -40,6 +41,23 @@ DEADLINE_SLACK_S = 1.0
 """Seconds past its own time limit after which an engine is told to stop."""
 
 _HEADER = struct.Struct("!Q")
+
+
+def child_protocol() -> tuple[IO[bytes], Callable[[Any], None]]:
+    """In a child process: its request stream, and a thread-safe sender of frames to its stdout.
+
+    The sender keeps the original stdout; fd 1 then goes to stderr, so that nothing an engine
+    prints can mix into the frames.
+    """
+    protocol = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    lock = threading.Lock()
+
+    def send(message: Any) -> None:
+        with lock:
+            write_frame(protocol, message)
+
+    return sys.stdin.buffer, send
 
 
 def write_frame(stream: IO[bytes], message: Any) -> None:

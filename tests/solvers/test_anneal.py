@@ -26,7 +26,7 @@ def budgets_between(g: Graph) -> list[int]:
 def test_it_reaches_the_exhaustive_optimum_on_tiny_graphs(g: Graph) -> None:
     budgets = budgets_between(g)
     for budget, best in zip(budgets, stage_optima(g, budgets), strict=True):
-        outcome = anneal(g, budget, SolveContext(), moves=2000)
+        outcome = anneal(g, budget, SolveContext(), max_moves=2000)
         if best == math.inf:
             assert outcome.schedule is None
             continue
@@ -40,7 +40,7 @@ def test_it_reaches_the_exhaustive_optimum_on_tiny_graphs(g: Graph) -> None:
 def test_unit_chain_of_eight_layers_reaches_the_known_optima(budget: int, optimum: float) -> None:
     g = chain(8)
     for seed in range(3):  # the anneal path runs one chain per thread, each with its own seed
-        outcome = anneal(g, budget, SolveContext(), seed=seed, moves=30_000)
+        outcome = anneal(g, budget, SolveContext(), seed=seed, max_moves=30_000)
         assert outcome.schedule is not None
         sim = simulate(g, plan_from_schedule(g, outcome.schedule))
         assert sim.peak_memory <= budget and sim.cost >= optimum
@@ -54,15 +54,12 @@ def test_every_best_it_announces_fits_and_costs_what_it_says() -> None:
     budget = resolve_budget(g, budget_ratio=0.8)
     announced: list[tuple[float, list[tuple[int, int]]]] = []
     annealer = Annealer(g, budget, seed=3)
-    annealer.run(SolveContext(), moves=4000, on_best=lambda cost, extras: announced.append((cost, extras)))
+    annealer.run(SolveContext(), max_moves=4000, on_best=lambda cost, extras: announced.append((cost, extras)))
     assert announced, "no plan within 80% of the checkpoint-all peak"
     costs = [cost for cost, _ in announced]
     assert costs == sorted(costs, reverse=True) and len(set(costs)) == len(costs)
     for cost, extras in announced[::max(1, len(announced) // 5)] + announced[-1:]:
-        tl = Timeline(g)
-        for v, t in extras:
-            tl.add(v, t)
-        sim = simulate(g, plan_from_schedule(g, tl.schedule()))
+        sim = simulate(g, plan_from_schedule(g, Timeline.with_extras(g, extras).schedule()))
         assert sim.peak_memory <= budget
         assert sim.cost == pytest.approx(cost)
     assert annealer.best_cost == pytest.approx(costs[-1])

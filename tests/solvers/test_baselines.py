@@ -5,7 +5,7 @@ from factories import BENCHMARK_NAMES, benchmark_graph, random_chains, random_da
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat.schedules import StrategyNotApplicable, simulate
+from remat.schedules import InvalidRequest, StrategyNotApplicable, simulate
 from remat.solvers import STRATEGIES, solve
 
 BASELINES = sorted(name for name, s in STRATEGIES.items() if not s.backends)
@@ -62,3 +62,11 @@ def test_every_baseline_runs_on_every_benchmark_graph(name):
             _check_honest(g, result)
             if strategy in KNOBS:
                 assert any(KNOBS[strategy] in line for line in result.log), strategy
+
+
+@pytest.mark.parametrize("strategy", BASELINES)
+def test_an_option_the_strategy_does_not_read_is_refused_by_name(strategy):
+    g = benchmark_graph("vgg16")
+    takes = f"the options are: {KNOBS[strategy]}" if strategy in KNOBS else "it takes none"
+    with pytest.raises(InvalidRequest, match=f"Unknown option 'segmnet_budget' for {strategy}; {takes}"):
+        solve(g, budget_ratio=1.0, strategy=strategy, options={"segmnet_budget": 3})

@@ -55,6 +55,9 @@ def test_edits_on_a_benchmark_graph_match_a_fresh_build() -> None:
         fresh.add(v, t)
     assert (fresh.peaks == tl.peaks).all()
     assert abs(fresh.extra_cost - tl.extra_cost) < 1e-6
+    batch = Timeline.with_extras(graph, extras)  # all added in one edit
+    assert (batch.peaks == tl.peaks).all()
+    assert sorted(batch.extras()) == sorted(tl.extras()) == sorted(extras)
 
 
 def test_checkpoint_all_is_the_starting_point() -> None:
