@@ -119,8 +119,9 @@ def run(args: Any) -> int:
             sweep_id, view = compare_on(client, graph, time_limit_s=args.time_limit, **options)
         _stderr(f"dashboard: {args.server.rstrip('/')}/dashboard/sweeps/{sweep_id}")
     else:
-        view = compare_here(graph, points=args.points or SWEEP_POINTS,
-                            time_limit_s=args.time_limit or DEFAULT_TIME_LIMIT_S, **options)
+        view = compare_here(graph, points=SWEEP_POINTS if args.points is None else args.points,
+                            time_limit_s=DEFAULT_TIME_LIMIT_S if args.time_limit is None else args.time_limit,
+                            **options)
     print(table_text(view))
     if args.html:
         write_report(view, args.html, source=f"remat compare {Path(args.graph).name}")

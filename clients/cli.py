@@ -1,4 +1,4 @@
-"""The ``remat`` command line: solve, validate and list strategies (and, as they land, more).
+"""The ``remat`` command line: solve, validate, strategies, compare, profile, serve and worker.
 
 Every command reports failure as one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     budget.add_argument("--budget-ratio", type=float, help="fraction of the checkpoint-all peak")
     p.add_argument("--strategy", default="checkmate", help="strategy name (remat strategies lists them)")
     p.add_argument("--backend", default="auto", help="solver backend for checkmate")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds (default 60)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
+                   help=f"seconds (default {DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap that counts as optimal")
     p.add_argument("--output", "-o", help="write the remat.result/v1 JSON here")
     p.add_argument("--server", help="solve on a remat service at this URL instead of in-process")
@@ -157,8 +158,8 @@ def summary_line(doc: dict[str, Any]) -> str:
     if doc.get("overhead") is not None:
         parts.append(f"overhead {doc['overhead']:.4f}")
     if doc.get("peak_memory") is not None:
-        parts.append(f"peak {format_size(doc['peak_memory'])} / budget {format_size(doc['budget'])} "
-                     f"({doc['peak_memory'] / doc['budget']:.3f})")
+        share = f" ({doc['peak_memory'] / doc['budget']:.3f})" if doc["budget"] else ""
+        parts.append(f"peak {format_size(doc['peak_memory'])} / budget {format_size(doc['budget'])}{share}")
     else:
         parts.append(f"budget {format_size(doc['budget'])}")
     if doc.get("fallback"):
@@ -172,8 +173,9 @@ def _validate(args: argparse.Namespace) -> int:
     print(f"{args.graph}: valid remat.graph/v1 {g.name!r}: {g.size} nodes, {g.edge_count} edges, "
           f"{len(g.forward_nodes)} forward; base cost {g.base_cost:g}; fixed {format_size(g.fixed_memory)}; "
           f"min feasible budget {format_size(g.min_feasible_budget)} ({g.min_feasible_budget} B); "
-          f"checkpoint-all peak {format_size(g.checkpoint_all_peak)} ({g.checkpoint_all_peak} B); "
-          f"smallest feasible ratio {g.min_feasible_budget / g.checkpoint_all_peak:.3f}")
+          f"checkpoint-all peak {format_size(g.checkpoint_all_peak)} ({g.checkpoint_all_peak} B)"
+          + (f"; smallest feasible ratio {g.min_feasible_budget / g.checkpoint_all_peak:.3f}"
+             if g.checkpoint_all_peak else ""))
     return 0
 
 

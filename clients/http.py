@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -121,17 +122,18 @@ class Client:
 
     def events(self, job_id: str) -> Iterator[dict[str, Any]]:
         """The job's server-sent events, as ``{"event", "id", "data"}``, until it has ended."""
-        with self._http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=None) as response:
-            _raise_for_problem(response, streamed=True)
-            event: dict[str, Any] = {}
-            for line in response.iter_lines():
-                if not line:
-                    if "data" in event:
-                        yield event
-                    event = {}
-                elif not line.startswith(":"):
-                    key, _, value = line.partition(":")
-                    event[key] = json.loads(value) if key == "data" else value.strip()
+        with self._unreachable_as_service_error():
+            with self._http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=None) as response:
+                _raise_for_problem(response, streamed=True)
+                event: dict[str, Any] = {}
+                for line in response.iter_lines():
+                    if not line:
+                        if "data" in event:
+                            yield event
+                        event = {}
+                    elif not line.startswith(":"):
+                        key, _, value = line.partition(":")
+                        event[key] = json.loads(value) if key == "data" else value.strip()
 
     def jobs(self, *, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
         params = _without_none({"limit": limit, "status": status})
@@ -167,12 +169,18 @@ class Client:
         return listing
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
+        with self._unreachable_as_service_error():
             response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as e:
-            raise ServiceError(f"Cannot reach the remat service at {self._http.base_url}: {e}.", status=0) from e
         _raise_for_problem(response)
         return response
+
+    @contextmanager
+    def _unreachable_as_service_error(self) -> Iterator[None]:
+        """Turn a transport failure (refused, reset, timed out) into a ServiceError naming the service."""
+        try:
+            yield
+        except httpx.TransportError as e:
+            raise ServiceError(f"Cannot reach the remat service at {self._http.base_url}: {e}.", status=0) from e
 
 
 def _raise_for_problem(response: httpx.Response, *, streamed: bool = False) -> None:
@@ -182,8 +190,11 @@ def _raise_for_problem(response: httpx.Response, *, streamed: bool = False) -> N
         response.read()
     try:
         problem = response.json()
-        detail = problem.get("detail") or problem.get("title") or response.reason_phrase
     except ValueError:
+        problem = None
+    if isinstance(problem, dict):
+        detail = problem.get("detail") or problem.get("title") or response.reason_phrase
+    else:
         problem, detail = {}, response.text[:500] or response.reason_phrase
     raise ServiceError(f"{response.status_code} {detail}", status=response.status_code, problem=problem)
 

@@ -3,7 +3,7 @@
 Everything here is plain Python and NumPy; other packages build on it and never the reverse.
 """
 
-from ._budget import format_size, parse_size, resolve_budget
+from ._budget import MAX_BUDGET_RATIO, format_size, parse_size, resolve_budget
 from ._errors import (
     BackendUnavailable,
     InvalidGraph,
@@ -16,13 +16,15 @@ from ._errors import (
     StrategyNotApplicable,
     UnknownStrategy,
 )
-from ._graph import GRAPH_FORMAT, Graph, GraphLimits, Kind, Node
+from ._graph import GRAPH_FORMAT, MAX_TOTAL_BYTES, Graph, GraphLimits, Kind, Node
 from ._layout import Buffer, Layout, layout_plan
 from ._plan import Op, Plan, Simulation, checkpoint_all_plan, simulate
 from ._schedule import Schedule, checkpoint_all_schedule, plan_from_schedule, recompute_closure
 
 __all__ = [
     "GRAPH_FORMAT",
+    "MAX_BUDGET_RATIO",
+    "MAX_TOTAL_BYTES",
     "BackendUnavailable",
     "Buffer",
     "Graph",

@@ -6,9 +6,12 @@ import math
 import re
 
 from ._errors import InvalidRequest
-from ._graph import Graph
+from ._graph import MAX_TOTAL_BYTES, Graph
 
-__all__ = ["format_size", "parse_size", "resolve_budget"]
+__all__ = ["MAX_BUDGET_RATIO", "format_size", "parse_size", "resolve_budget"]
+
+MAX_BUDGET_RATIO = 1000.0
+"""Largest ``budget_ratio`` accepted: far above any useful budget, low enough that no budget overflows."""
 
 _UNITS = {
     "": 1, "b": 1,
@@ -25,9 +28,7 @@ def parse_size(text: str | int) -> int:
     (12884901888, 1500, 42)
     """
     if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise InvalidRequest(f"A size must be >= 0, got {text}.", field="budget")
-        return text
+        return _bytes(text, text)
     m = _SIZE.match(str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
@@ -35,7 +36,16 @@ def parse_size(text: str | int) -> int:
             f"Cannot read {text!r} as a size: write bytes or a number with a unit such as 12GiB, 800MB.",
             field="budget",
         )
-    return int(math.floor(float(m.group(1)) * _UNITS[unit]))
+    return _bytes(float(m.group(1)) * _UNITS[unit], text)
+
+
+def _bytes(value: float, text: str | int) -> int:
+    """``value`` as whole bytes; InvalidRequest quoting ``text`` when it is negative or too large to count."""
+    if value < 0:
+        raise InvalidRequest(f"A size must be >= 0, got {text}.", field="budget")
+    if not value <= MAX_TOTAL_BYTES:
+        raise InvalidRequest(f"A size must be at most {MAX_TOTAL_BYTES} bytes, got {text}.", field="budget")
+    return int(math.floor(value))
 
 
 def format_size(n: float) -> str:
@@ -51,11 +61,13 @@ def resolve_budget(graph: Graph, *, budget: int | None = None, budget_ratio: flo
     if (budget is None) == (budget_ratio is None):
         raise InvalidRequest("Give exactly one of 'budget' (bytes) and 'budget_ratio'.", field="budget")
     if budget is not None:
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-            raise InvalidRequest(f"'budget' must be a whole number of bytes >= 0, got {budget!r}.", field="budget")
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= MAX_TOTAL_BYTES:
+            raise InvalidRequest(f"'budget' must be a whole number of bytes in [0, {MAX_TOTAL_BYTES}], got {budget!r}.",
+                                 field="budget")
         return budget
     assert budget_ratio is not None
     if isinstance(budget_ratio, bool) or not isinstance(budget_ratio, (int, float)) \
-            or not math.isfinite(budget_ratio) or budget_ratio <= 0:
-        raise InvalidRequest(f"'budget_ratio' must be a number > 0, got {budget_ratio!r}.", field="budget_ratio")
+            or not 0 < budget_ratio <= MAX_BUDGET_RATIO:
+        raise InvalidRequest(f"'budget_ratio' must be a number in (0, {MAX_BUDGET_RATIO:g}], got {budget_ratio!r}.",
+                             field="budget_ratio")
     return math.ceil(budget_ratio * graph.checkpoint_all_peak)

@@ -126,7 +126,7 @@ class Graph:
         with open(path, encoding="utf-8") as f:
             try:
                 doc = json.load(f)
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise InvalidGraph(f"{path} is not valid JSON: {e}.") from e
         return cls.from_json(doc, limits=limits)
 
@@ -327,7 +327,7 @@ def _read_deps(raw: Mapping[str, Any], i: int, position: dict[str, int], raw_nod
 
 def _find_cycle(raw_nodes: list[Any], position: dict[str, int]) -> list[str]:
     """A cycle as a list of ids (first repeated at the end), or [] if the deps are acyclic."""
-    deps = [[position[d] for d in n.get("deps", []) if d in position] for n in raw_nodes]
+    deps = [[position[d] for d in _listed_ids(n.get("deps")) if d in position] for n in raw_nodes]
     state = [0] * len(raw_nodes)  # 0 new, 1 on stack, 2 done
     for root in range(len(raw_nodes)):
         if state[root]:
@@ -354,14 +354,23 @@ def _find_cycle(raw_nodes: list[Any], position: dict[str, int]) -> list[str]:
     return []
 
 
+def _listed_ids(deps: Any) -> list[str]:
+    """The string entries of a raw 'deps' field, whatever else it holds (its node's turn reports the rest)."""
+    return [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
+
+
 def _cost(value: Any, node_id: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidGraph(f"Node {node_id!r}: field 'cost' must be a number, got {value!r}.",
                            node=node_id, field="cost")
-    if not math.isfinite(value) or value < 0:
+    try:
+        cost = float(value)
+    except OverflowError:  # an integer beyond any float
+        cost = math.inf
+    if not math.isfinite(cost) or cost < 0:
         raise InvalidGraph(f"Node {node_id!r}: field 'cost' must be finite and >= 0, got {value!r}.",
                            node=node_id, field="cost")
-    return float(value)
+    return cost
 
 
 def _non_negative_int(value: Any, *, node: str | None, field: str) -> int:
@@ -387,8 +396,8 @@ def _check_graph(graph: Graph, limits: GraphLimits) -> None:
         raise InvalidGraph("The graph is empty: it must hold at least one node.", field="nodes")
     if graph.size > limits.max_nodes:
         raise InvalidGraph(f"The graph has {graph.size} nodes; the limit is {limits.max_nodes}.", field="nodes")
-    if graph.fixed_memory < 0:
-        raise InvalidGraph("Field 'fixed_memory' must be >= 0.", field="fixed_memory")
+    if not 0 <= graph.fixed_memory <= MAX_TOTAL_BYTES:
+        raise InvalidGraph(f"Field 'fixed_memory' must be in [0, {MAX_TOTAL_BYTES}] bytes.", field="fixed_memory")
     if graph.edge_count > limits.max_edges:
         raise InvalidGraph(f"The graph has {graph.edge_count} edges; the limit is {limits.max_edges}.", field="deps")
     seen: set[str] = set()

@@ -66,7 +66,7 @@ class Schedule:
                 if not isinstance(names, list):
                     raise InvalidSchedule(f"Stage {t}: {key!r} must be a list of node ids.", stage=t)
                 for name in names:
-                    if name not in graph.index:
+                    if not isinstance(name, str) or name not in graph.index:
                         raise InvalidSchedule(f"Stage {t}: {name!r} is not a node of the graph.", stage=t)
                     matrix[t, graph.index[name]] = True
         return cls(R, S)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from remat.schedules import GRAPH_FORMAT, Graph, GraphLimits
+from remat.schedules import GRAPH_FORMAT, MAX_BUDGET_RATIO, MAX_TOTAL_BYTES, Graph, GraphLimits
 from remat.solvers import DEFAULT_MIP_GAP, RESULT_FORMAT
 
 from ._jobs import Job, JobStatus
@@ -35,8 +35,6 @@ __all__ = [
     "SweepSummary",
 ]
 
-MAX_BYTES = 2**62
-"""Largest size in bytes the API accepts (a memory, a budget): far beyond any machine, within int64."""
 
 class NodeIn(BaseModel):
     """One operation of a remat.graph/v1; fields other than these are kept as metadata."""
@@ -46,7 +44,7 @@ class NodeIn(BaseModel):
     id: str = Field(min_length=1, max_length=1000)
     deps: list[str] = Field(default_factory=list, description="ids of earlier nodes whose outputs it reads")
     cost: float = Field(ge=0, allow_inf_nan=False)
-    memory: int = Field(ge=0, le=MAX_BYTES, description="bytes of its output")
+    memory: int = Field(ge=0, le=MAX_TOTAL_BYTES, description="bytes of its output")
     kind: Literal["forward", "backward"] = "forward"
 
 
@@ -58,7 +56,7 @@ class GraphIn(BaseModel):
     format: Literal["remat.graph/v1"] = Field(description=f"always {GRAPH_FORMAT!r}")
     name: str = Field("", max_length=1000)
     cost_unit: str = Field("", max_length=100)
-    fixed_memory: int = Field(0, ge=0, le=MAX_BYTES, description="bytes resident throughout")
+    fixed_memory: int = Field(0, ge=0, le=MAX_TOTAL_BYTES, description="bytes resident throughout")
     nodes: list[NodeIn] = Field(min_length=1)
 
     def to_graph(self, limits: GraphLimits) -> Graph:
@@ -79,8 +77,8 @@ class SolveRequest(_SolveOptions):
     """``POST /v1/solve``: a graph and exactly one of ``budget`` (bytes) and ``budget_ratio``."""
 
     graph: GraphIn
-    budget: int | None = Field(None, ge=0, le=MAX_BYTES, description="bytes, fixed memory included")
-    budget_ratio: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False,
+    budget: int | None = Field(None, ge=0, le=MAX_TOTAL_BYTES, description="bytes, fixed memory included")
+    budget_ratio: float | None = Field(None, gt=0, le=MAX_BUDGET_RATIO, allow_inf_nan=False,
                                        description="fraction of the checkpoint-all peak")
     strategy: str = Field("checkmate", min_length=1, max_length=100)
     wait_s: float | None = Field(None, ge=0, allow_inf_nan=False,
@@ -102,8 +100,8 @@ class SweepRequest(_SolveOptions):
 
     @model_validator(mode="after")
     def _budgets_in_range(self) -> SweepRequest:
-        if self.budgets is not None and not all(0 <= b <= MAX_BYTES for b in self.budgets):
-            raise ValueError(f"every budget must be a whole number of bytes in [0, {MAX_BYTES}]")
+        if self.budgets is not None and not all(0 <= b <= MAX_TOTAL_BYTES for b in self.budgets):
+            raise ValueError(f"every budget must be a whole number of bytes in [0, {MAX_TOTAL_BYTES}]")
         return self
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from remat.schedules import Graph, StrategyNotApplicable
+from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable
 
 from ._registry import STRATEGIES, get_strategy
 from ._solve import solve
@@ -66,6 +66,9 @@ def plan_sweep(graph: Graph, *, strategies: Sequence[str] | None = None, budgets
     time_limit_s : float
         Limit for each of those runs.
     """
+    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
+        raise InvalidRequest(f"A sweep needs at least 2 points (the smallest feasible budget and the "
+                             f"checkpoint-all peak), got {points!r}.", field="points")
     names = _applicable(graph, strategies)
     natural = _natural_budgets(graph, names, time_limit_s) if budgets is None else {}
     chosen = sorted(set(sweep_budgets(graph, points)) | set(natural.values())) if budgets is None else budgets

@@ -90,10 +90,8 @@ def measured_costs(joint: JointGraph, args: Sequence[torch.Tensor], profile: Dev
     memory of an unpatched step), with the random state restored afterwards. On a CPU running
     one intra-op thread, nodes are timed by CPU time, which other processes' load leaves alone.
     """
-    devices = sorted({t.device for t in args if isinstance(t, torch.Tensor)}, key=str)
-    device = devices[0] if devices else torch.device("cpu")
-    timer = _NodeTimer(joint, device=device, repeats=repeats, warmup=warmup)
-    cuda = [d for d in devices if d.type == "cuda"]
+    cuda = _cuda_devices(args)
+    timer = _NodeTimer(joint, device=cuda[0] if cuda else torch.device("cpu"), repeats=repeats, warmup=warmup)
     with torch.no_grad(), torch.random.fork_rng(devices=cuda):
         timer.run(*args)
     return timer.seconds
@@ -158,8 +156,14 @@ def _bytes(tree: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
 
 
+def _cuda_devices(args: Sequence[torch.Tensor]) -> list[torch.device]:
+    """The CUDA devices that ``args``' tensors are on, in order of first appearance (a step that
+    reads CUDA tensors runs there, whatever CPU tensors come with them)."""
+    return list(dict.fromkeys(t.device for t in args if isinstance(t, torch.Tensor) and t.device.type == "cuda"))
+
+
 def _default_profile(args: Sequence[torch.Tensor]) -> str:
-    cuda = [t.device for t in args if isinstance(t, torch.Tensor) and t.device.type == "cuda"]
+    cuda = _cuda_devices(args)
     if not cuda:
         return "cpu"
     gpu = torch.cuda.get_device_name(cuda[0]).lower()
@@ -167,6 +171,6 @@ def _default_profile(args: Sequence[torch.Tensor]) -> str:
 
 
 def _where(args: Sequence[torch.Tensor]) -> str:
-    cuda = [t.device for t in args if isinstance(t, torch.Tensor) and t.device.type == "cuda"]
+    cuda = _cuda_devices(args)
     return torch.cuda.get_device_name(cuda[0]) if cuda else "cpu"
 

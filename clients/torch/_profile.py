@@ -81,5 +81,9 @@ def _unpack(made: Any, spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, 
         raise InvalidRequest(f"{spec} must return (model, example_inputs) or (model, example_inputs, loss_fn).",
                              field="factory")
     inputs = made[1]
-    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
-    return made[0], inputs, made[2] if len(made) == 3 else None
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    elif not isinstance(inputs, (tuple, list)):
+        raise InvalidRequest(f"{spec} must return example inputs as a tensor or a tuple of them, got "
+                             f"{type(inputs).__name__}.", field="factory")
+    return made[0], tuple(inputs), made[2] if len(made) == 3 else None

@@ -52,5 +52,8 @@ def test_refusals_and_failures_are_service_errors_with_the_servers_detail(server
         assert isinstance(refused.value, RematError) and refused.value.problem["status"] == 422
         with pytest.raises(ServiceError, match="404"):
             client.job("nope")
-    with Client("http://127.0.0.1:1") as client, pytest.raises(ServiceError, match="Cannot reach"):
-        client.strategies()
+    with Client("http://127.0.0.1:1") as client:
+        with pytest.raises(ServiceError, match="Cannot reach"):
+            client.strategies()
+        with pytest.raises(ServiceError, match="Cannot reach"):  # the event stream too
+            next(client.events("any"))

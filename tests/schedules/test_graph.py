@@ -1,9 +1,10 @@
 import math
+import re
 
 import pytest
 from factories import BENCHMARK_NAMES, benchmark_graph, chain, graph_doc
 
-from remat.schedules import Graph, GraphLimits, InvalidGraph
+from remat.schedules import Graph, GraphLimits, InvalidGraph, InvalidRequest, parse_size, resolve_budget
 
 
 def node(id, deps=(), cost=1.0, memory=1, **kw):
@@ -48,6 +49,10 @@ def test_hash_ignores_metadata_but_not_costs():
         ([node("a", cost=6e299), node("b", ["a"], cost=6e299)], "b", "cost", "total cost"),
         ([node("a", kind="sideways")], "a", "kind", "forward"),
         ([{"id": "a", "deps": "b", "cost": 1, "memory": 1}], "a", "deps", "list"),
+        ([node("a", cost=10**400)], "a", "cost", "finite"),
+        # a later node's malformed deps do not get in the way of the earlier node's error
+        ([node("a", ["b"]), {"id": "b", "deps": 5, "cost": 1, "memory": 1}], "a", "deps", "comes later"),
+        ([node("a", ["b"]), {"id": "b", "deps": [["x"]], "cost": 1, "memory": 1}], "a", "deps", "comes later"),
         ([{"deps": []}], None, "id", "non-empty string"),
     ],
 )
@@ -68,6 +73,36 @@ def test_empty_and_malformed_documents():
         Graph.from_json([1, 2])
     with pytest.raises(InvalidGraph, match="fixed_memory"):
         Graph.from_json(graph_doc([node("a")], fixed_memory=-1))
+    with pytest.raises(InvalidGraph, match="fixed_memory") as err:
+        Graph.from_json(graph_doc([node("a")], fixed_memory=2**63))
+    assert err.value.field == "fixed_memory" and err.value.node is None
+
+
+def test_a_file_that_is_not_utf8_json_is_refused_by_name(tmp_path):
+    path = tmp_path / "graph.json"
+    path.write_bytes("{}".encode("utf-16"))
+    with pytest.raises(InvalidGraph, match="not valid JSON"):
+        Graph.from_path(str(path))
+
+
+@pytest.mark.parametrize(("kwargs", "field", "words"), [
+    ({"budget_ratio": 1e308}, "budget_ratio", "in (0, 1000]"),
+    ({"budget_ratio": math.nan}, "budget_ratio", "in (0, 1000]"),
+    ({"budget_ratio": 0}, "budget_ratio", "in (0, 1000]"),
+    ({"budget": 2**63}, "budget", "whole number of bytes in [0,"),
+    ({"budget": -1}, "budget", "whole number of bytes in [0,"),
+])
+def test_budgets_out_of_range_are_refused_by_field(kwargs, field, words):
+    with pytest.raises(InvalidRequest, match=re.escape(words)) as err:
+        resolve_budget(chain(3), **kwargs)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(("text", "words"), [("1e400", "at most"), ("99999999TiB", "at most"), ("-3", "Cannot read"),
+                                             (-3, ">= 0"), ("12 parsecs", "Cannot read")])
+def test_sizes_that_cannot_be_bytes_are_refused(text, words):
+    with pytest.raises(InvalidRequest, match=words):
+        parse_size(text)
 
 
 def test_size_limits():

@@ -88,6 +88,9 @@ def test_schedule_errors_name_the_stage():
         Schedule(np.zeros((2, 3), dtype=bool), np.zeros((2, 3), dtype=bool))
     with pytest.raises(InvalidSchedule, match="stages"):
         Schedule.from_json(g, {"stages": []})
+    for odd in (5, ["f0"], None):
+        with pytest.raises(InvalidSchedule, match="is not a node of the graph"):
+            Schedule.from_json(g, {"stages": [{"compute": [odd]}] * g.size})
 
 
 def test_values_are_freed_as_early_as_the_schedule_allows():
