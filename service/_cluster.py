@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import redis
 from rq import Queue, SimpleWorker
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job as RQJob
 from rq.job import JobStatus as RQStatus
 
@@ -64,8 +64,8 @@ class QueueExecutor:
         if job.status is JobStatus.CANCELLED:
             try:
                 RQJob.fetch(self.message_id(job), connection=self.queue.connection).cancel()
-            except (NoSuchJobError, redis.RedisError, ValueError):
-                pass  # already taken by a worker, which will find the job cancelled
+            except (NoSuchJobError, InvalidJobOperation, redis.RedisError, ValueError):
+                pass  # already taken by a worker (which will find the job cancelled), or cancelled before
 
     def ready(self) -> bool:
         try:

@@ -81,8 +81,7 @@ class RedisStore(JobStore):
         if old is not None:
             pipe.zrem(self.key_for("status", old.status.value), old.id)
             pipe.srem(self._active_key(old.token), old.id)
-        else:
-            pipe.zadd(self.key_for("jobs"), {new.id: new.created_at})
+        pipe.zadd(self.key_for("jobs"), {new.id: new.created_at})  # a job run again counts as new
         pipe.zadd(self.key_for("status", new.status.value), {new.id: new.queued_at})
         if not new.status.terminal:
             pipe.sadd(self._active_key(new.token), new.id)

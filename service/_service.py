@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from starlette.concurrency import run_in_threadpool
 
-from remat.schedules import Graph, InvalidRequest, resolve_budget
-from remat.solvers import Strategy, get_strategy, plan_sweep
+from remat.schedules import BackendUnavailable, Graph, InvalidRequest, resolve_budget
+from remat.solvers import Strategy, available_backends, get_strategy, plan_sweep
 
 from ._errors import QueueFull, TooManyJobs
 from ._executor import Executor
@@ -145,10 +145,14 @@ def _needs_run(job: Job | None) -> bool:
 
 
 def _check_backend(strategy: Strategy, backend: str) -> None:
+    """Refuse a backend the strategy does not use, or one whose engine this service lacks (not a failed job)."""
     if backend != "auto" and backend not in strategy.backends:
         choices = f"auto, {', '.join(strategy.backends)}" if strategy.backends else "auto (it uses no solver backend)"
         raise InvalidRequest(f"Strategy {strategy.name!r} has no backend {backend!r}; choose {choices}.",
                              field="backend")
+    if backend != "auto" and backend not in available_backends():
+        raise BackendUnavailable(f"Backend {backend!r} is not installed on this service; installed: "
+                                 f"{', '.join(available_backends()) or 'none'} (or auto).")
 
 
 def _sweep_backend(strategy: Strategy, backend: str) -> str:

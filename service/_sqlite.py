@@ -90,8 +90,8 @@ class SqliteStore(JobStore):
         new = change(Job.from_record(json.loads(row[0])))
         if new is None:
             return None
-        conn.execute("UPDATE jobs SET status = ?, token = ?, queued_at = ?, record = ? WHERE id = ?",
-                     (new.status.value, new.token, new.queued_at, json.dumps(new.to_record()), job_id))
+        conn.execute("UPDATE jobs SET status = ?, token = ?, created_at = ?, queued_at = ?, record = ? WHERE id = ?",
+                     (new.status.value, new.token, new.created_at, new.queued_at, json.dumps(new.to_record()), job_id))
         if result is not KEEP:
             conn.execute("UPDATE jobs SET result = ? WHERE id = ?",
                          (None if result is None else json.dumps(result), job_id))

@@ -26,5 +26,5 @@ async def solve(body: SolveRequest, service: ServiceDep, token: TokenDep) -> JSO
     where = f"/v1/jobs/{job.id}"
     if job.status.terminal and job.result is not None:
         return JSONResponse(dict(job.result), headers={"Content-Location": where})
-    return JSONResponse(JobPublic.of(job).model_dump(mode="json"), status_code=202,
-                        headers={"Location": where, "Retry-After": "1"})
+    headers = {"Location": where} if job.status.terminal else {"Location": where, "Retry-After": "1"}
+    return JSONResponse(JobPublic.of(job).model_dump(mode="json"), status_code=202, headers=headers)

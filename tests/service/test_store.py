@@ -64,8 +64,10 @@ def test_a_result_that_cannot_be_reused_is_solved_again(store: JobStore):
     job, _ = store.submit(spec(), graph_name="g", token=None)
     store.mark_running(job.id, "o")
     store.mark_finished(Claim(job.id, "o", 1), {"status": "timeout", "log": []})
+    later, _ = store.submit(spec(budget=7), graph_name="g", token=None)
     again, fresh = store.submit(spec(), graph_name="g", token=None)
     assert fresh and again.status is JobStatus.QUEUED and store.get(job.id).result is None
+    assert [j.id for j in store.list_jobs(limit=2)] == [job.id, later.id]  # run again: newest first
 
 
 def test_reap_requeues_then_fails_jobs_whose_lease_ran_out(store: JobStore):

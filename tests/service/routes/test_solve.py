@@ -133,6 +133,14 @@ def test_a_malformed_request_gets_a_4xx_problem(client: TestClient, case: str):
         assert r.json()["field"] == field
 
 
+def test_a_backend_this_service_lacks_is_a_422_not_a_failed_job(client: TestClient, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("remat.service._service.available_backends", lambda: ("highs", "cbc"))
+    r = client.post("/v1/solve", json=_request(chain(3), strategy="checkmate", backend="gurobi"))
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert "'gurobi' is not installed on this service; installed: highs, cbc" in r.json()["detail"]
+    assert client.get("/v1/jobs").json()["jobs"] == []
+
+
 def test_unparseable_json_is_a_400_problem(client: TestClient):
     r = client.post("/v1/solve", content=b'{"graph": ', headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
