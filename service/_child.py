@@ -48,8 +48,7 @@ class SolverProcess:
     """A running solve in a child process group, seen from the parent."""
 
     def __init__(self, spec: SolveSpec, graph_doc: Mapping[str, Any], *, threads: int,
-                 ctx: ForkServerContext | None = None) -> None:
-        ctx = ctx or solver_context()
+                 ctx: ForkServerContext) -> None:
         self._conn, child_conn = ctx.Pipe(duplex=True)
         self._process = ctx.Process(target=_main, args=(child_conn, asdict(spec), graph_doc, threads),
                                     name=f"remat-solve-{spec.job_id[:12]}")

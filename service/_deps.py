@@ -8,19 +8,13 @@ from fastapi import Depends, Header, Path, Request
 
 from ._jobs import Job
 from ._service import Service
-from ._settings import Settings
 
-__all__ = ["JobDep", "ServiceDep", "SettingsDep", "TokenDep", "require_token"]
+__all__ = ["JobDep", "ServiceDep", "TokenDep", "require_token"]
 
 
 def _service(request: Request) -> Service:
     service: Service = request.app.state.service
     return service
-
-
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.service.settings
-    return settings
 
 
 def require_token(request: Request, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
@@ -35,7 +29,6 @@ def _job(job_id: Annotated[str, Path(max_length=200)], service: Annotated[Servic
 
 
 ServiceDep = Annotated[Service, Depends(_service)]
-SettingsDep = Annotated[Settings, Depends(_settings)]
 TokenDep = Annotated[str | None, Depends(require_token)]
 JobDep = Annotated[Job, Depends(_job)]
 """The job named by the path's ``job_id``, with its result; JobNotFound (404) when there is none."""

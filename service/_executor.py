@@ -31,7 +31,8 @@ class Executor(Protocol):
         """True while jobs can be accepted and run."""
 
     def close(self) -> None:
-        """Stop; running solves are killed and their jobs queued again."""
+        """Stop: the embedded executor kills its running solves and queues their jobs again; the queue
+        executor stops its own threads only (its workers are separate processes)."""
 
 
 def open_executor(settings: Settings) -> Executor:

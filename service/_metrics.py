@@ -41,9 +41,11 @@ class Metrics:
                                 ["method", "route", "status"], registry=self.registry)
         self.latency = Histogram("remat_http_request_duration_seconds", "Time to answer an HTTP request.",
                                  ["route"], registry=self.registry)
-        self.jobs_submitted = Counter("remat_jobs_submitted", "Solve requests accepted, by strategy.",
+        self.jobs_submitted = Counter("remat_jobs_submitted",
+                                      "Solve jobs submitted (a sweep's points included), by strategy.",
                                       ["strategy"], registry=self.registry)
-        self.cache_hits = Counter("remat_cache_hits", "Solve requests answered by an existing job.",
+        self.cache_hits = Counter("remat_cache_hits",
+                                  "Submissions (a sweep's points included) answered by an existing job.",
                                   registry=self.registry)
         self.refusals = Counter("remat_refusals", "Submissions refused for lack of room, by reason.",
                                 ["reason"], registry=self.registry)

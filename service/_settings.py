@@ -69,7 +69,8 @@ class Settings(BaseSettings):
     max_sweep_points: int = Field(default=400, ge=1)
 
     lease_s: float = Field(default=15.0, gt=0)
-    """A running job's owner renews its lease this often (divided by 5); a job whose lease ran out is lost."""
+    """A running job's owner renews its lease every lease_s / 5 seconds; a job whose lease ran out (longer
+    for an owner on this host that is still alive) is taken back and run again, or failed after max_attempts."""
     max_attempts: int = Field(default=2, ge=1)
     """Runs a job gets when the process running it dies; after the last it is marked failed."""
     cancel_grace_s: float = Field(default=5.0, ge=0)
