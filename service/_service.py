@@ -77,6 +77,7 @@ class Service:
         """A sweep of ``request``'s graph: every (strategy, budget) point an ordinary job."""
         graph = request.graph.to_graph(self.settings.graph_limits)
         time_limit_s = self._time_limit(request.time_limit_s)
+        self._admit(1, token)  # a full queue or token refuses before the heuristics run for the natural points
         plan = plan_sweep(graph, strategies=request.strategies, budgets=request.budgets, time_limit_s=time_limit_s)
         if len(plan.points) > self.settings.max_sweep_points:
             raise InvalidRequest(f"The sweep has {len(plan.points)} points ({len(plan.strategies)} strategies x "
