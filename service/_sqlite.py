@@ -7,6 +7,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,20 @@ class SqliteStore(JobStore):
         return cur.rowcount == 1
 
     def _update(self, job_id: str, change: Change, *, result: Mapping[str, Any] | None = KEEP) -> Job | None:
+        with self._immediate() as conn:
+            return self._apply(conn, job_id, change, result)
+
+    @contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction taken at once (no other writer can slip in between read and write)."""
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            new = self._apply(conn, job_id, change, result)
+            yield conn
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-        return new
 
     def _apply(self, conn: sqlite3.Connection, job_id: str, change: Change,
                result: Mapping[str, Any] | None) -> Job | None:
@@ -99,18 +105,11 @@ class SqliteStore(JobStore):
 
     def claim_next(self, owner: str) -> Job | None:
         """Claim the job that has waited longest, if any: the embedded executor's queue."""
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._immediate() as conn:
             row = conn.execute("SELECT id FROM jobs WHERE status = ? ORDER BY queued_at LIMIT 1",
                                (JobStatus.QUEUED.value,)).fetchone()
-            job = None if row is None else self._apply(conn, row[0], lambda j: _jobs.claim(
+            return None if row is None else self._apply(conn, row[0], lambda j: _jobs.claim(
                 j, owner=owner, now=time.time(), lease_s=self.lease_s), KEEP)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return job
 
     def get(self, job_id: str, *, with_result: bool = True) -> Job:
         column = "result" if with_result else "NULL"

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._jobs import JobStatus, SolveSpec
 
-__all__ = ["Sweep", "SweepPoint", "new_sweep", "sweep_status"]
+__all__ = ["Sweep", "SweepPoint", "new_sweep", "status_counts", "sweep_status"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,18 @@ def new_sweep(specs: Iterable[SolveSpec], *, graph_name: str, token: str | None,
         raise ValueError("a sweep covers exactly one graph")
     text = json.dumps(sorted(p.job_id for p in points))
     return Sweep(hashlib.sha256(text.encode()).hexdigest(), graph.pop(), graph_name, points, now, token, natural)
+
+
+def status_counts(statuses: Iterable[JobStatus | str]) -> dict[str, int]:
+    """How many of ``statuses`` are each job status, every status listed (0 when none is).
+
+    >>> status_counts(["queued", JobStatus.QUEUED, "failed"])["queued"]
+    2
+    """
+    counts = {s.value: 0 for s in JobStatus}
+    for status in statuses:
+        counts[JobStatus(status).value] += 1
+    return counts
 
 
 def sweep_status(statuses: Iterable[JobStatus]) -> JobStatus:

@@ -11,7 +11,6 @@ does; the table shows every cell as it was asked.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,6 +20,7 @@ from remat.schedules import format_size
 from remat.solvers import STRATEGIES
 
 from .._jobs import JobStatus
+from .._sweeps import status_counts
 
 __all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "byte_unit", "step_curve", "strategy_color",
            "sweep_figure", "sweep_table"]
@@ -104,8 +104,7 @@ class SweepView:
     @property
     def counts(self) -> dict[str, int]:
         """How many cells' jobs are in each status."""
-        counted = Counter(c.status for c in self.cells)
-        return {s.value: counted.get(s.value, 0) for s in JobStatus}
+        return status_counts(c.status for c in self.cells)
 
     @property
     def done(self) -> bool:
