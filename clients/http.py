@@ -1,4 +1,4 @@
-"""A client for the remat service's HTTP API (``remat solve --server``, scripts, the dashboard's tests).
+"""A client for the remat service's HTTP API (``remat solve/compare --server``, ``rematerialize(server=...)``, scripts).
 
 >>> with Client("http://127.0.0.1:8000") as remat:          # doctest: +SKIP
 ...     result = remat.solve(graph, budget_ratio=0.8, strategy="checkmate", time_limit_s=60)
@@ -136,6 +136,7 @@ class Client:
                         event[key] = json.loads(value) if key == "data" else value.strip()
 
     def jobs(self, *, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+        """The newest jobs (at most ``limit``), of one ``status`` if given."""
         params = _without_none({"limit": limit, "status": status})
         jobs: list[dict[str, Any]] = self._request("GET", "/v1/jobs", params=params).json()["jobs"]
         return jobs
@@ -165,6 +166,7 @@ class Client:
         return self.get_sweep(sweep_id, summary=summary)
 
     def strategies(self) -> dict[str, Any]:
+        """The service's strategies, with their backends and the backends installed there."""
         listing: dict[str, Any] = self._request("GET", "/v1/strategies").json()
         return listing
 

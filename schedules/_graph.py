@@ -206,7 +206,13 @@ class Graph:
 
     @property
     def edge_count(self) -> int:
+        """How many (dep, reader) pairs the graph has."""
         return sum(len(n.deps) for n in self.nodes)
+
+    @cached_property
+    def ids(self) -> tuple[str, ...]:
+        """The node ids, in node order (index to id; ``index`` maps back)."""
+        return tuple(n.id for n in self.nodes)
 
     @cached_property
     def last_use(self) -> tuple[int, ...]:

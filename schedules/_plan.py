@@ -44,7 +44,7 @@ class Plan:
 
     def to_json(self, graph: Graph) -> list[dict[str, str]]:
         """The remat.plan/v1 list, nodes named by id."""
-        ids = [n.id for n in graph.nodes]
+        ids = graph.ids
         return [{"op": op, "node": ids[v]} for op, v in self.steps]
 
     @classmethod
@@ -64,6 +64,7 @@ class Plan:
 
     @classmethod
     def of(cls, steps: Sequence[tuple[Op, int]]) -> Plan:
+        """The plan of these (op, node index) statements."""
         return cls(tuple(steps))
 
 
@@ -96,7 +97,7 @@ def simulate(graph: Graph, plan: Plan) -> Simulation:
     >>> sim.cost, sim.peak_memory, sim.timeline.tolist()
     (3.0, 13, [5, 13, 9, 1])
     """
-    ids = [n.id for n in graph.nodes]
+    ids = graph.ids
     deps = graph.deps
     mem = [n.memory for n in graph.nodes]
     resident = [False] * graph.size
@@ -151,5 +152,5 @@ def checkpoint_all_plan(graph: Graph) -> Plan:
         dying[last].append(v)
     for v in range(graph.size):
         steps.append(("compute", v))
-        steps.extend(("free", u) for u in sorted(dying[v]))
+        steps.extend(("free", u) for u in dying[v])
     return Plan(tuple(steps))

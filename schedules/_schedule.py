@@ -40,11 +40,12 @@ class Schedule:
 
     @property
     def stages(self) -> int:
+        """How many stages (one per node of its graph)."""
         return int(self.R.shape[0])
 
     def to_json(self, graph: Graph) -> dict[str, Any]:
         """``{"stages": [{"compute": [ids], "retain": [ids]}, ...]}``."""
-        ids = [n.id for n in graph.nodes]
+        ids = graph.ids
         return {
             "stages": [
                 {"compute": [ids[i] for i in np.flatnonzero(r)], "retain": [ids[i] for i in np.flatnonzero(s)]}
@@ -73,6 +74,7 @@ class Schedule:
 
     @property
     def compute_count(self) -> int:
+        """How many computations R holds, recomputations included."""
         return int(self.R.sum())
 
 
@@ -128,7 +130,7 @@ def plan_from_schedule(graph: Graph, schedule: Schedule) -> Plan:
     n = graph.size
     if schedule.R.shape != (n, n):
         raise InvalidSchedule(f"The schedule has {schedule.stages} stages; the graph has {n} nodes.")
-    ids = [node.id for node in graph.nodes]
+    ids = graph.ids
     deps = graph.deps
     R, S = schedule.R, schedule.S
     resident = np.zeros(n, dtype=bool)

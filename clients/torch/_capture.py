@@ -4,7 +4,8 @@ The joint graph holds the functional ATen ops of the forward and the backward to
 only sees *producers*, the ops that allocate storage: views and ``getitem`` s are folded into the
 producer whose storage they read, and the client keeps that map to re-create them at each use.
 Memory is counted in storage bytes. What stays resident through the step (parameters, buffers,
-inputs, tangents, the step's outputs and gradients) is fixed memory, not a node.
+inputs, tangents, the step's outputs and gradients, saved random states, copies of mutated inputs)
+is fixed memory, not a node.
 
 Sizes come from the fake tensors of the trace, which match what kernels allocate, with one
 exception found so far: on the CPU, ``aten.mse_loss`` returns its scalar inside its whole
@@ -76,10 +77,12 @@ class JointGraph:
 
     @property
     def fixed_memory(self) -> int:
+        """Bytes resident through the whole step (the sum of ``fixed``'s parts)."""
         return sum(self.fixed.values())
 
     @cached_property
     def index(self) -> dict[str, Producer]:
+        """Each producer by name."""
         return {p.name: p for p in self.producers}
 
     def to_graph(self, costs: Mapping[str, float], *, cost_unit: str) -> Graph:
@@ -102,8 +105,8 @@ class JointGraph:
 class Capture:
     """A captured training step, open until the :func:`capture` context closes.
 
-    ``joint`` describes the graph; ``compile(partition_fn)`` turns it into the callable AOTAutograd
-    builds around the forward and backward graphs that ``partition_fn`` returns.
+    ``joint`` describes the graph; ``compile(partition_fn, compiler)`` turns it into the callable
+    AOTAutograd builds around the forward and backward graphs that ``partition_fn`` returns.
     """
 
     def __init__(self, joint_with_descriptors: Any, joint: JointGraph, step: nn.Module) -> None:

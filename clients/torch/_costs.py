@@ -37,6 +37,7 @@ class DeviceProfile:
     launch_s: float
 
     def peak(self, dtype: torch.dtype) -> float:
+        """Peak arithmetic rate (FLOP/s) for ``dtype``; the float32 rate for a dtype the profile does not list."""
         return self.flops_per_s.get(dtype, self.flops_per_s[torch.float32])
 
 

@@ -151,7 +151,7 @@ def _heatmap(blocks: Blocks, color: str) -> dict[str, Any]:
 def _memory_figure(graph: Graph, plan: Plan, sim: Simulation, budget: int, color: str) -> dict[str, Any]:
     steps, memory = memory_envelope(sim.timeline)
     unit, scale = byte_unit(max(budget, sim.peak_memory))
-    ids = [n.id for n in graph.nodes]
+    ids = graph.ids
     text = [f"step {k}: {plan.steps[k][0]} {ids[plan.steps[k][1]]}<br>{format_size(int(m))} resident"
             for k, m in zip(steps.tolist(), memory.tolist(), strict=True)]
     last = max(len(plan) - 1, 0)
