@@ -37,11 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from factories import benchmark_graph, chain  # noqa: E402
 from processes import REDIS_URL, Processes, alive, wait_until  # noqa: E402
 
-from remat.clients.http import Client  # noqa: E402
+from remat.clients.http import TERMINAL, Client  # noqa: E402
 from remat.service import Job, JobStore, RedisStore, SqliteStore  # noqa: E402
 from remat.solvers import STRATEGIES  # noqa: E402
-
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 class Setup:

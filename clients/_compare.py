@@ -17,17 +17,13 @@ from typing import Any
 
 from remat.schedules import Graph, InvalidRequest, format_size
 from remat.service.dashboard import SweepCell, SweepView, render_report, sweep_table
-from remat.solvers import DEFAULT_TIME_LIMIT_S, SWEEP_POINTS, get_strategy, plan_sweep, solve
+from remat.solvers import DEFAULT_TIME_LIMIT_S, SWEEP_POINTS, ResultStatus, get_strategy, plan_sweep, solve
 
 from .http import TERMINAL, Client
 
 __all__ = ["compare_here", "compare_on", "table_text", "write_report"]
 
 Report = Callable[[str], None]
-
-_JOB_STATUS = {"error": "failed", "cancelled": "cancelled"}
-"""A job's status from its result's, as the service records it (every other result: succeeded)."""
-
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -43,7 +39,7 @@ def compare_here(graph: Graph, *, strategies: Sequence[str] | None = None, budge
         uses_backend = backend if get_strategy(strategy).backends else "auto"
         result = solve(graph, budget=budget, strategy=strategy, backend=uses_backend,
                        time_limit_s=time_limit_s).to_json()
-        cells.append(SweepCell(strategy, budget, _JOB_STATUS.get(result["status"], "succeeded"), result))
+        cells.append(SweepCell(strategy, budget, ResultStatus(result["status"]).job_status, result))
         report(f"[{k}/{len(plan.points)}] {_point_line(result)}")
     return SweepView(graph.name, graph.min_feasible_budget, graph.checkpoint_all_peak, plan.strategies,
                      tuple(sorted(plan.budgets)), tuple(cells), dict(plan.natural))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from remat.schedules import Graph, RematError, format_size, parse_size
-from remat.solvers import DEFAULT_TIME_LIMIT_S, STRATEGIES, solve
+from remat.solvers import DEFAULT_TIME_LIMIT_S, FITTING_STATUSES, STRATEGIES, solve
 
 __all__ = ["main"]
 
@@ -149,7 +149,7 @@ def _solve(args: argparse.Namespace) -> int:
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(doc, f)
     print(json.dumps(doc) if args.json else summary_line(doc))
-    return 0 if doc["status"] in ("optimal", "feasible") else 1
+    return 0 if doc["status"] in FITTING_STATUSES else 1
 
 
 def summary_line(doc: dict[str, Any]) -> str:

@@ -208,8 +208,7 @@ def finish(job: Job, by: Claim, *, now: float, result: Mapping[str, Any]) -> Job
     """The solve returned a remat.result/v1; the job's status follows the result's."""
     if not _held(job, by):
         return None
-    status = {ResultStatus.CANCELLED.value: JobStatus.CANCELLED,
-              ResultStatus.ERROR.value: JobStatus.FAILED}.get(result["status"], JobStatus.SUCCEEDED)
+    status = JobStatus(ResultStatus(result["status"]).job_status)
     error = ("; ".join(result.get("log", [])[-3:]) or "the solver failed") if status is JobStatus.FAILED else None
     return replace(job, status=status, result_status=result["status"], error=error, finished_at=now,
                    lease_until=None)

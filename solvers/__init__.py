@@ -9,7 +9,7 @@ from ._checkpoint import checkpoint_all, checkpoint_last
 from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext
 from ._griewank import binomial_steps, revolve_schedule
 from ._registry import STRATEGIES, get_strategy
-from ._result import RESULT_FORMAT, Result, ResultStatus
+from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
 from ._segments import segment_schedule
 from ._solve import solve
 from ._strategy import Strategy, check_chain, check_training_graph, every_graph
@@ -19,6 +19,7 @@ from .backends import available_backends
 __all__ = [
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
+    "FITTING_STATUSES",
     "RESULT_FORMAT",
     "STRATEGIES",
     "SWEEP_POINTS",

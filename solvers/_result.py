@@ -8,7 +8,7 @@ from typing import Any
 
 from remat.schedules import Graph, Plan, Schedule, Simulation
 
-__all__ = ["RESULT_FORMAT", "Result", "ResultStatus"]
+__all__ = ["FITTING_STATUSES", "RESULT_FORMAT", "Result", "ResultStatus"]
 
 RESULT_FORMAT = "remat.result/v1"
 
@@ -30,6 +30,16 @@ class ResultStatus(StrEnum):
     """Stopped on request; the best plan found so far, if any, is given."""
     ERROR = "error"
     """The solver failed; ``log`` says why."""
+
+    @property
+    def job_status(self) -> str:
+        """The status of the job that ended with this result: ``failed`` for an error, ``cancelled``
+        for a cancel, ``succeeded`` for every other end (the service's jobs and ``remat compare``)."""
+        return {ResultStatus.ERROR: "failed", ResultStatus.CANCELLED: "cancelled"}.get(self, "succeeded")
+
+
+FITTING_STATUSES = (ResultStatus.OPTIMAL, ResultStatus.FEASIBLE)
+"""The statuses of a result whose plan fits the budget (compare wire strings with ``in``)."""
 
 
 @dataclass

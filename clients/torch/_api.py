@@ -27,6 +27,7 @@ from remat.schedules import (
     resolve_budget,
     simulate,
 )
+from remat.solvers import FITTING_STATUSES
 
 from ._capture import Capture, LossFn, capture
 from ._costs import node_costs
@@ -35,7 +36,6 @@ from ._lower import boxed_compiler, partition_fn
 
 __all__ = ["RematModule", "check_result", "export_graph", "rematerialize"]
 
-_FITTING = ("optimal", "feasible")
 
 
 class RematModule(nn.Module):
@@ -149,7 +149,7 @@ def export_graph(model: nn.Module, example_inputs: Sequence[torch.Tensor], *, lo
 def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int) -> tuple[Plan, Simulation]:
     """Re-simulate the plan of a remat.result/v1 and refuse it unless it fits ``budget`` on this graph."""
     status = result.get("status")
-    if status not in _FITTING:
+    if status not in FITTING_STATUSES:
         log = ((result.get("log") or [""])[-1])[:300]
         raise PlanRejected(
             f"Strategy {result.get('strategy')!r} returned status {status!r} for a budget of "
