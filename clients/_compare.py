@@ -9,7 +9,6 @@ printed as a table and, on request, written as the dashboard's sweep page in one
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +18,7 @@ from remat.schedules import Graph, InvalidRequest, format_size
 from remat.service.dashboard import SweepCell, SweepView, render_report, sweep_table
 from remat.solvers import DEFAULT_TIME_LIMIT_S, SWEEP_POINTS, ResultStatus, get_strategy, plan_sweep, solve
 
-from .http import TERMINAL, Client
+from .http import Client
 
 __all__ = ["compare_here", "compare_on", "table_text", "write_report"]
 
@@ -51,16 +50,16 @@ def compare_on(client: Client, graph: Graph, *, strategies: Sequence[str] | None
     """Run the sweep as jobs on the service behind ``client``; returns the sweep's id and its final view."""
     started = client.sweep(graph, strategies=strategies, budgets=budgets, backend=backend, time_limit_s=time_limit_s)
     report(f"sweep {started['id']} submitted: {sum(started['counts'].values())} points")
-    last = None
-    while True:
-        doc = client.get_sweep(started["id"], summary=True)
-        progress = ", ".join(f"{n} {status}" for status, n in doc["counts"].items() if n)
-        if progress != last:
-            report(f"sweep {doc['id'][:12]}: {progress}")
-            last = progress
-        if doc["status"] in TERMINAL:
-            return doc["id"], _view_of(graph, doc)
-        time.sleep(poll_s)
+    said = [""]
+
+    def progress(doc: dict[str, Any]) -> None:
+        line = ", ".join(f"{n} {status}" for status, n in doc["counts"].items() if n)
+        if line != said[0]:
+            report(f"sweep {doc['id'][:12]}: {line}")
+            said[0] = line
+
+    doc = client.wait_sweep(started["id"], poll_s=poll_s, summary=True, on_poll=progress)
+    return doc["id"], _view_of(graph, doc)
 
 
 def _view_of(graph: Graph, doc: dict[str, Any]) -> SweepView:

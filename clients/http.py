@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -159,11 +159,19 @@ class Client:
         sweep: dict[str, Any] = self._request("GET", f"/v1/sweeps/{sweep_id}", params=params).json()
         return sweep
 
-    def wait_sweep(self, sweep_id: str, *, poll_s: float = 1.0, summary: bool = False) -> dict[str, Any]:
-        """Poll the sweep (results left out) until every job has ended; then the sweep, as get_sweep."""
-        while self.get_sweep(sweep_id, summary=True)["status"] not in TERMINAL:
+    def wait_sweep(self, sweep_id: str, *, poll_s: float = 1.0, summary: bool = False,
+                   on_poll: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Poll the sweep (results summarized) until every job has ended; then the sweep, as get_sweep.
+
+        ``on_poll`` sees each polled document (statuses and counts so far), the last one included.
+        """
+        while True:
+            doc = self.get_sweep(sweep_id, summary=True)
+            if on_poll is not None:
+                on_poll(doc)
+            if doc["status"] in TERMINAL:
+                return doc if summary else self.get_sweep(sweep_id)
             time.sleep(poll_s)
-        return self.get_sweep(sweep_id, summary=summary)
 
     def strategies(self) -> dict[str, Any]:
         """The service's strategies, with their backends and the backends installed there."""
