@@ -21,7 +21,7 @@ from ._child import Message, SolverProcess
 from ._jobs import Claim, Job
 from ._store import JobStore
 
-__all__ = ["RunnerConfig", "run_claimed"]
+__all__ = ["RunnerConfig", "ended_by", "run_claimed"]
 
 log = logging.getLogger("remat.service")
 
@@ -144,7 +144,7 @@ class _Supervisor:
 
     def _record(self, message: Message | None) -> Job | None:
         if message is not None and message[0] == "result":
-            job = self.store.mark_finished(self.by, message[1])
+            job = self.store.mark_finished(self.by, ended_by(message[1], self.stop_reason))
             log.info("job %s: %s (%s)", self.by.job_id, job.status.value if job else "claim lost", message[1]["status"])
             return job
         if message is not None:
@@ -163,3 +163,17 @@ class _Supervisor:
         if self.stop_reason == "time limit":
             return f"the solver ran past its time limit of {self.job.spec.time_limit_s:g} s and was killed"
         return f"the solver process ended without a result ({how})"
+
+
+def ended_by(result: dict[str, Any], stop_reason: str | None) -> dict[str, Any]:
+    """The result as the job should record it: a solve stopped by the time-limit backstop (the same
+    signal as a cancel, but nobody cancelled) reads ``feasible`` when it has a plan, else ``timeout``.
+
+    >>> ended_by({"status": "cancelled", "plan": []}, "time limit")["status"]
+    'feasible'
+    >>> ended_by({"status": "cancelled", "plan": None}, "cancelled")["status"]
+    'cancelled'
+    """
+    if stop_reason != "time limit" or result.get("status") != "cancelled":
+        return result
+    return {**result, "status": "feasible" if result.get("plan") is not None else "timeout"}
