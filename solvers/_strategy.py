@@ -64,7 +64,7 @@ class Strategy:
     check: Check = every_graph
     backends: tuple[str, ...] = ()
     knob: str | None = None
-    options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def check_options(self, options: Mapping[str, Any]) -> None:
         """Raise InvalidRequest naming the first option this strategy does not read."""
