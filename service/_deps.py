@@ -9,7 +9,7 @@ from fastapi import Depends, Header, Path, Request
 from ._jobs import Job
 from ._service import Service
 
-__all__ = ["JobDep", "ServiceDep", "TokenDep", "require_token"]
+__all__ = ["IdPath", "JobDep", "ServiceDep", "TokenDep", "require_token"]
 
 
 def _service(request: Request) -> Service:
@@ -24,7 +24,11 @@ def require_token(request: Request, authorization: Annotated[str | None, Header(
     return token
 
 
-def _job(job_id: Annotated[str, Path(max_length=200)], service: Annotated[Service, Depends(_service)]) -> Job:
+IdPath = Annotated[str, Path(max_length=200)]
+"""A job's or sweep's id in a path: ids are 64 hex digits; anything past 200 characters is refused at once."""
+
+
+def _job(job_id: IdPath, service: Annotated[Service, Depends(_service)]) -> Job:
     return service.store.get(job_id)
 
 

@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from .._deps import ServiceDep
+from .._deps import IdPath, ServiceDep
 from .._errors import Unauthorized
 from .._jobs import remat_version
 from .._schemas import JobPublic
@@ -101,8 +101,6 @@ class PageRoute(APIRoute):
 pages = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=PageRoute,
                   dependencies=[Depends(viewer)])
 public = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=PageRoute)
-SweepId = Annotated[str, Path(max_length=200)]
-JobId = Annotated[str, Path(max_length=200)]
 
 
 @pages.get("")
@@ -112,7 +110,7 @@ def index(service: ServiceDep) -> HTMLResponse:
 
 
 @pages.get("/sweeps/{sweep_id}")
-def sweep_page(sweep_id: SweepId, service: ServiceDep) -> HTMLResponse:
+def sweep_page(sweep_id: IdPath, service: ServiceDep) -> HTMLResponse:
     """Overhead against budget for every strategy, the table behind it, and live progress."""
     view = load_sweep(service, sweep_id)
     poll = None if view.done else f"/dashboard/sweeps/{sweep_id}/data"
@@ -120,14 +118,14 @@ def sweep_page(sweep_id: SweepId, service: ServiceDep) -> HTMLResponse:
 
 
 @pages.get("/sweeps/{sweep_id}/data")
-def sweep_data(sweep_id: SweepId, service: ServiceDep) -> JSONResponse:
+def sweep_data(sweep_id: IdPath, service: ServiceDep) -> JSONResponse:
     """What the sweep page swaps in while the sweep runs."""
     view = load_sweep(service, sweep_id)
     return JSONResponse(sweep_update(view, poll=None if view.done else f"/dashboard/sweeps/{sweep_id}/data"))
 
 
 @pages.get("/jobs/{job_id}")
-def job_page(job_id: JobId, service: ServiceDep) -> HTMLResponse:
+def job_page(job_id: IdPath, service: ServiceDep) -> HTMLResponse:
     """The job's result, memory over its plan against the budget, R/S heat maps, plan statistics."""
     view = load_job(service, job_id)
     poll = None if view.ended else f"/dashboard/jobs/{job_id}/data"
@@ -136,7 +134,7 @@ def job_page(job_id: JobId, service: ServiceDep) -> HTMLResponse:
 
 
 @pages.get("/jobs/{job_id}/data")
-def job_data(job_id: JobId, service: ServiceDep) -> JSONResponse:
+def job_data(job_id: IdPath, service: ServiceDep) -> JSONResponse:
     """The job's progress while it runs; ``reload`` once it has ended."""
     job = service.store.get(job_id, with_result=False)
     poll = None if job.status.terminal else f"/dashboard/jobs/{job_id}/data"

@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from .._deps import JobDep, ServiceDep
+from .._deps import IdPath, JobDep, ServiceDep
 from .._jobs import JobStatus
 from .._problems import PROBLEM_RESPONSES
 from .._schemas import JobList, JobPublic
@@ -31,7 +31,7 @@ def list_jobs(service: ServiceDep, limit: Annotated[int, Query(ge=1, le=1000)] =
 
 
 @router.get("/{job_id}", operation_id="get_job", response_model=JobPublic, responses=PROBLEM_RESPONSES)
-async def get_job(job_id: Annotated[str, Path(max_length=200)], service: ServiceDep) -> JSONResponse:
+async def get_job(job_id: IdPath, service: ServiceDep) -> JSONResponse:
     """Status, progress (elapsed, incumbent cost, lower bound, gap) and, once done, the result."""
     job = await run_in_threadpool(service.store.get, job_id)
     return JSONResponse(JobPublic.of(job).model_dump(mode="json"))

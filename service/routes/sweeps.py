@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 from starlette.responses import JSONResponse
 
-from .._deps import ServiceDep, TokenDep
+from .._deps import IdPath, ServiceDep, TokenDep
 from .._problems import PROBLEM_RESPONSES
 from .._schemas import SweepList, SweepPublic, SweepRequest, SweepSummary
 
@@ -34,7 +34,7 @@ def list_sweeps(service: ServiceDep, limit: Annotated[int, Query(ge=1, le=200)] 
 
 
 @router.get("/{sweep_id}", operation_id="get_sweep", response_model=SweepPublic, responses=PROBLEM_RESPONSES)
-def get_sweep(sweep_id: Annotated[str, Path(max_length=200)], service: ServiceDep,
+def get_sweep(sweep_id: IdPath, service: ServiceDep,
               results: Annotated[Literal["full", "summary"], Query(
                   description="'summary' leaves each result's schedule, plan and log out: what tables and "
                               "charts need, many times smaller for large graphs")] = "full") -> SweepPublic:
