@@ -34,7 +34,7 @@ from remat.schedules import Graph, Kind, Node
 
 from ._errors import CaptureError
 
-__all__ = ["Capture", "JointGraph", "LossFn", "Producer", "capture"]
+__all__ = ["Capture", "JointGraph", "LossFn", "Producer", "capture", "first_output"]
 
 LossFn = Callable[..., torch.Tensor]
 """``loss_fn(model, *inputs) -> loss``: the training step's loss from the model and one batch."""
@@ -311,10 +311,15 @@ def _fixed_memory(primals: Sequence[fx.Node], tangents: Sequence[fx.Node], pinne
     }
 
 
+def first_output(node: fx.Node) -> Any:
+    """The (fake) value a node computes, or the first of them when it returns several (as a random op does)."""
+    val = node.meta.get("val")
+    return val[0] if isinstance(val, (list, tuple)) else val
+
+
 def _rng_state_bytes(node: fx.Node) -> int:
     """Bytes a saved random state takes in the step's device memory (a CUDA generator's lives on the host)."""
-    val = node.meta.get("val")
-    first = val[0] if isinstance(val, (list, tuple)) else val
+    first = first_output(node)
     if isinstance(first, torch.Tensor) and first.device.type == "cpu":
         return torch.get_rng_state().nbytes
     return 0

@@ -22,7 +22,7 @@ from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
 from remat.schedules import Graph, Plan
 
-from ._capture import JointGraph
+from ._capture import JointGraph, first_output
 from ._errors import PlanRejected
 
 __all__ = ["boxed_compiler", "lower", "partition_fn", "release"]
@@ -272,8 +272,7 @@ class _Phase:
 
 def _fake_rng_state(node: fx.Node) -> torch.Tensor:
     """A fake tensor shaped like the generator state saved for ``node`` (AOTAutograd reads saved values' metadata)."""
-    val = node.meta["val"]
-    first = val[0] if isinstance(val, (list, tuple)) else val
+    first = first_output(node)
     device = first.device
     state = torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device)
     return first.fake_mode.from_tensor(state)
