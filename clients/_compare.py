@@ -50,13 +50,14 @@ def compare_on(client: Client, graph: Graph, *, strategies: Sequence[str] | None
     """Run the sweep as jobs on the service behind ``client``; returns the sweep's id and its final view."""
     started = client.sweep(graph, strategies=strategies, budgets=budgets, backend=backend, time_limit_s=time_limit_s)
     report(f"sweep {started['id']} submitted: {sum(started['counts'].values())} points")
-    said = [""]
+    said = ""
 
     def progress(doc: dict[str, Any]) -> None:
+        nonlocal said
         line = ", ".join(f"{n} {status}" for status, n in doc["counts"].items() if n)
-        if line != said[0]:
+        if line != said:
             report(f"sweep {doc['id'][:12]}: {line}")
-            said[0] = line
+            said = line
 
     doc = client.wait_sweep(started["id"], poll_s=poll_s, summary=True, on_poll=progress)
     return doc["id"], _view_of(graph, doc)

@@ -170,12 +170,12 @@ def summary_line(doc: dict[str, Any]) -> str:
 
 def _validate(args: argparse.Namespace) -> int:
     g = Graph.from_path(args.graph)
+    ratio = (f"; smallest feasible ratio {g.min_feasible_budget / g.checkpoint_all_peak:.3f}"
+             if g.checkpoint_all_peak else "")  # a graph of size 0 has no ratio
     print(f"{args.graph}: valid remat.graph/v1 {g.name!r}: {g.size} nodes, {g.edge_count} edges, "
           f"{len(g.forward_nodes)} forward; base cost {g.base_cost:g}; fixed {format_size(g.fixed_memory)}; "
           f"min feasible budget {format_size(g.min_feasible_budget)} ({g.min_feasible_budget} B); "
-          f"checkpoint-all peak {format_size(g.checkpoint_all_peak)} ({g.checkpoint_all_peak} B)"
-          + (f"; smallest feasible ratio {g.min_feasible_budget / g.checkpoint_all_peak:.3f}"
-             if g.checkpoint_all_peak else ""))
+          f"checkpoint-all peak {format_size(g.checkpoint_all_peak)} ({g.checkpoint_all_peak} B){ratio}")
     return 0
 
 

@@ -147,13 +147,16 @@ def _needs_run(job: Job | None) -> bool:
 
 def _check_backend(strategy: Strategy, backend: str) -> None:
     """Refuse a backend the strategy does not use, or one whose engine this service lacks (not a failed job)."""
-    if backend != "auto" and backend not in strategy.backends:
+    if backend == "auto":
+        return
+    if backend not in strategy.backends:
         choices = f"auto, {', '.join(strategy.backends)}" if strategy.backends else "auto (it uses no solver backend)"
         raise InvalidRequest(f"Strategy {strategy.name!r} has no backend {backend!r}; choose {choices}.",
                              field="backend")
-    if backend != "auto" and backend not in available_backends():
+    installed = available_backends()
+    if backend not in installed:
         raise BackendUnavailable(f"Backend {backend!r} is not installed on this service; installed: "
-                                 f"{', '.join(available_backends()) or 'none'} (or auto).")
+                                 f"{', '.join(installed) or 'none'} (or auto).")
 
 
 def _sweep_backend(strategy: Strategy, backend: str) -> str:

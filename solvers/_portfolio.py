@@ -41,7 +41,7 @@ _GRACE_S = 2.0
 """Seconds a helper gets to finish after a stop before it is killed."""
 
 
-def portfolio(graph: Graph, budget: int, ctx: SolveContext, _warm: Baseline | None = None) -> Outcome:
+def portfolio(graph: Graph, budget: int, ctx: SolveContext, _warm: Baseline | None) -> Outcome:
     """Race annealing chains, the baselines (unless the option ``warm_start`` is false) and the lower bound;
     keep the best. This path runs the baselines itself, so it is never given a warm start (``_warm``)."""
     pool = _Pool(graph, budget, ctx)

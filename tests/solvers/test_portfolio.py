@@ -39,6 +39,7 @@ def test_on_every_benchmark_graph_the_plan_fits_and_beats_every_baseline(name: s
     best = best_baseline(g, result.budget, SolveContext())
     if best is not None:
         assert result.cost is not None and result.cost <= best.cost
+        assert f"best baseline: {best.name}, cost {best.cost:g}" in result.log  # the helper's note comes through
     assert result.lower_bound is not None and g.base_cost <= result.lower_bound <= result.cost
 
 
