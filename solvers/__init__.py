@@ -6,7 +6,7 @@ place that turns an outcome into a simulated :class:`Result`.
 
 from ._articulation import articulation_points
 from ._checkpoint import checkpoint_all, checkpoint_last
-from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext
+from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Convergence, Outcome, Progress, SolveContext
 from ._griewank import binomial_steps, revolve_schedule
 from ._registry import STRATEGIES, get_strategy
 from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
@@ -23,6 +23,7 @@ __all__ = [
     "RESULT_FORMAT",
     "STRATEGIES",
     "SWEEP_POINTS",
+    "Convergence",
     "Outcome",
     "Progress",
     "Result",

@@ -12,13 +12,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from remat.schedules import Schedule
 
 __all__ = [
+    "Convergence",
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
     "Outcome",
@@ -64,9 +65,41 @@ class Progress:
         }
 
 
+@dataclass(frozen=True)
+class Convergence:
+    """When a solve may stop before its time limit: its best cost improved by less than ``tolerance``
+    (a fraction of that cost) over the last ``window_s`` seconds.
+
+    An interactive caller would rather have a plan within a fraction of a percent of the last one
+    now than wait out the limit for it; a proved optimum stops a solve sooner still.
+
+    >>> rule = Convergence(window_s=2.0, tolerance=0.01)
+    >>> rule.reached([(0.1, 100.0), (1.5, 99.5)], now=3.0)      # 0.5 % better since t = 1.0 s
+    True
+    >>> rule.reached([(0.1, 100.0), (2.5, 95.0)], now=3.0)      # 5 % better since t = 1.0 s
+    False
+    """
+
+    window_s: float = 2.0
+    tolerance: float = 0.0025
+
+    def reached(self, trail: Sequence[tuple[float, float]], now: float) -> bool:
+        """Whether ``trail``, the (elapsed seconds, best cost) of every improvement in order, has converged at ``now``."""
+        since = now - self.window_s
+        if not trail or trail[0][0] > since:
+            return False
+        then = next(cost for at, cost in reversed(trail) if at <= since)
+        best = trail[-1][1]
+        return then - best <= self.tolerance * abs(best)
+
+
 @dataclass
 class SolveContext:
-    """Limits and control handles for one solve."""
+    """Limits and control handles for one solve.
+
+    ``stop_event`` is set by whoever stops the solve; ``stop_reason`` says why when the solve stopped
+    itself (``"converged"``): a set event without a reason is a cancel.
+    """
 
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     mip_gap: float = DEFAULT_MIP_GAP
@@ -77,6 +110,10 @@ class SolveContext:
     on_progress: Callable[[Progress], None] | None = None
     started: float = field(default_factory=time.monotonic)
     log: list[str] = field(default_factory=list)
+    convergence: Convergence | None = None
+    stop_reason: str | None = None
+    trail: list[tuple[float, float]] = field(default_factory=list)
+    """(elapsed seconds, cost) of every new best reported, in order."""
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -86,8 +123,23 @@ class SolveContext:
         return max(0.0, self.time_limit_s - self.elapsed_s())
 
     def stopped(self) -> bool:
-        """True once the solve was cancelled or ran out of time."""
+        """True once the solve was cancelled, converged or ran out of time."""
         return self.stop_event.is_set() or self.remaining_s() <= 0.0
+
+    def stop(self, reason: str) -> None:
+        """Stop the solve, keeping its best plan, for ``reason`` (the first reason given is kept)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop_event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True when someone else stopped the solve (a stop without a reason of the solve's own)."""
+        return self.stop_event.is_set() and self.stop_reason is None
+
+    def converged(self) -> bool:
+        """True when the context's convergence rule holds for the costs reported so far."""
+        return self.convergence is not None and self.convergence.reached(self.trail, self.elapsed_s())
 
     def proves(self, cost: float, bound: float | None) -> bool:
         """True when ``bound`` shows that a plan of ``cost`` is optimal within the context's gap."""
@@ -98,6 +150,8 @@ class SolveContext:
         """Pass a progress snapshot to the sink, if there is one; a message also goes into the log."""
         if message:
             self.log.append(message)
+        if incumbent_cost is not None and (not self.trail or incumbent_cost < self.trail[-1][1]):
+            self.trail.append((self.elapsed_s(), incumbent_cost))
         if self.on_progress is not None:
             self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound,
                                       relative_gap(incumbent_cost, lower_bound), message))

@@ -6,9 +6,10 @@ and peak are the simulator's, and a plan over budget is never reported as fittin
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from remat.schedules import (
@@ -20,7 +21,15 @@ from remat.schedules import (
     simulate,
 )
 
-from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Outcome, Progress, SolveContext, default_threads
+from ._context import (
+    DEFAULT_MIP_GAP,
+    DEFAULT_TIME_LIMIT_S,
+    Convergence,
+    Outcome,
+    Progress,
+    SolveContext,
+    default_threads,
+)
 from ._registry import get_strategy
 from ._result import Result, ResultStatus
 
@@ -40,8 +49,12 @@ def solve(
     options: Mapping[str, Any] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     stop_event: threading.Event | None = None,
+    convergence: Convergence | None = None,
 ) -> Result:
     """Find a plan for ``graph`` within ``budget`` bytes (or ``budget_ratio`` of checkpoint-all's peak).
+
+    The solve runs until its strategy ends, it proves its plan optimal, ``stop_event`` is set (a
+    cancel), ``time_limit_s`` passes or, with a ``convergence`` rule, its best plan stops improving.
 
     Raises InvalidRequest, UnknownStrategy or StrategyNotApplicable for requests that cannot run;
     everything that happens once the strategy runs is reported in the Result's status.
@@ -73,13 +86,15 @@ def solve(
         stop_event=stop_event or threading.Event(),
         on_progress=on_progress,
         started=started,
+        convergence=convergence,
     )
     if limit < graph.min_feasible_budget:
         outcome = Outcome(None, infeasible=True, log=[
             f"budget {limit} is below min_feasible_budget {graph.min_feasible_budget}: no plan can fit"])
     else:
         try:
-            outcome = strat.run(graph, limit, ctx)
+            with _watching_convergence(ctx):
+                outcome = strat.run(graph, limit, ctx)
         except SolverFailed as e:
             return Result(graph, strategy, None, ResultStatus.ERROR, limit, time.monotonic() - started,
                           log=[*ctx.log, str(e)])
@@ -92,7 +107,10 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     log = [*ctx.log, *outcome.log]
     result = Result(graph, strategy, outcome.backend, ResultStatus.TIMEOUT, budget, 0.0,
                     fallback=outcome.fallback, log=log)
-    cancelled = ctx.stop_event.is_set()
+    cancelled = ctx.cancelled
+    if ctx.stop_reason == "converged" and ctx.convergence is not None:
+        log.append(f"stopped when converged: the best plan improved by less than {ctx.convergence.tolerance:.2%} "
+                   f"in {ctx.convergence.window_s:g} s")
     if outcome.infeasible:
         result.status = ResultStatus.INFEASIBLE
     elif outcome.schedule is None:
@@ -117,3 +135,25 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
             result.status = ResultStatus.FEASIBLE
     result.solve_time_s = time.monotonic() - started
     return result
+
+
+@contextlib.contextmanager
+def _watching_convergence(ctx: SolveContext, every_s: float = 0.1) -> Iterator[None]:
+    """While the block runs, stop the solve (reason ``converged``) once the context's rule holds."""
+    if ctx.convergence is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(every_s) and not ctx.stop_event.is_set():
+            if ctx.converged():
+                ctx.stop("converged")
+
+    watcher = threading.Thread(target=watch, name="remat-convergence", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()

@@ -1,31 +1,41 @@
-"""remat.clients.torch: capture a PyTorch training step, profile it, and train following a plan.
+"""remat.clients.torch: plan a PyTorch training step within a memory budget and train following the plan.
 
-Needs the ``torch`` extra (``pip install remat[torch]``). :func:`rematerialize` is the drop-in
-API; :func:`export_graph` writes the remat.graph/v1 that ``remat profile`` prints; :class:`LiveBytes`
-and :func:`activation_peak` measure what a step really holds.
+Needs the ``torch`` extra (``pip install remat[torch]``). :func:`rematerialize` is the drop-in API
+and :func:`backend` the same as a torch.compile backend; :func:`export_graph` writes the
+remat.graph/v1 that ``remat profile`` prints; :class:`LiveBytes` and :func:`activation_peak`
+measure what a step really holds.
 """
 
-from ._api import RematModule, check_result, export_graph, rematerialize
-from ._capture import Capture, JointGraph, LossFn, Producer, capture
+from ._api import RematModule, backend, capture, export_graph, rematerialize
+from ._backend import COMPILERS, PlannedGraph, RematBackend
+from ._cache import PlanCache
+from ._capture import LossFn
 from ._costs import COST_MODELS, DEVICE_PROFILES, CostModel, DeviceProfile, measured_costs, node_costs, roofline_costs
 from ._errors import CaptureError, PlanRejected
+from ._joint import JointGraph, Producer
 from ._measure import LiveBytes, StepTime, activation_peak, time_call
+from ._planning import Budget, check_result
 
 __all__ = [
+    "COMPILERS",
     "COST_MODELS",
     "DEVICE_PROFILES",
-    "Capture",
+    "Budget",
     "CaptureError",
     "CostModel",
     "DeviceProfile",
     "JointGraph",
     "LiveBytes",
     "LossFn",
+    "PlanCache",
     "PlanRejected",
+    "PlannedGraph",
     "Producer",
+    "RematBackend",
     "RematModule",
     "StepTime",
     "activation_peak",
+    "backend",
     "capture",
     "check_result",
     "export_graph",

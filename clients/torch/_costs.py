@@ -4,7 +4,8 @@
 outputs) against a named device profile, ``max(flops / peak, bytes / bandwidth)`` plus a fixed
 launch cost; no tensor is allocated. ``measured``: the joint graph runs once on the real tensors
 and each producer is timed where it will run (CUDA events on a GPU, the wall clock on the CPU),
-the median of a few repetitions.
+the median of a few repetitions. Taking one output of a multi-output op out as a value of its own
+costs nothing in either.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch.utils.flop_counter import flop_registry
 
 from remat.schedules import InvalidRequest
 
-from ._capture import JointGraph
+from ._joint import JointGraph
 from ._measure import time_call
 
 __all__ = ["COST_MODELS", "DEVICE_PROFILES", "CostModel", "DeviceProfile", "measured_costs", "node_costs",
@@ -116,6 +117,7 @@ def node_costs(joint: JointGraph, args: Sequence[torch.Tensor], *, cost_model: s
         raise InvalidRequest(f"Unknown device profile {name!r}; choose one of: {', '.join(DEVICE_PROFILES)}.",
                              field="device")
     costs = COST_MODELS[cost_model](joint, args, DEVICE_PROFILES[name])
+    costs.update({p.name: 0.0 for p in joint.producers if p.output_of is not None})  # taking an output out
     where = name if cost_model == "flops" else _where(args)
     return costs, f"seconds ({cost_model}, {where})"
 

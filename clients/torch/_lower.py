@@ -7,7 +7,8 @@ views and ``getitem`` s are re-created right before each use, so they never outl
 every ``free`` becomes a call to :func:`release` after which FX's code generator drops the
 instance. A random op computed more than once saves the generator state at its first compute and
 replays it at the others, so every instance draws the same numbers. An input the step updates in
-place (batch norm's running statistics) reaches the backward as a copy taken before the update.
+place (batch norm's running statistics) reaches the backward as a copy taken before the update. A
+value the step returns is computed once: a plan that computes it again gets the first instance.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
 from remat.schedules import Graph, Plan
 
-from ._capture import JointGraph, first_output
 from ._errors import PlanRejected
+from ._joint import JointGraph, first_output
 
-__all__ = ["boxed_compiler", "lower", "partition_fn", "release"]
+__all__ = ["boxed_compiler", "lower", "release", "split_point"]
 
 
 def release(*values: Any) -> None:
@@ -33,19 +34,6 @@ def release(*values: Any) -> None:
 
 
 fx.node.has_side_effect(release)
-
-
-def partition_fn(joint: JointGraph, graph: Graph, plan: Plan) -> Callable[..., tuple[fx.GraphModule, fx.GraphModule]]:
-    """An AOTAutograd ``partition_fn`` that returns the graphs running ``plan``."""
-
-    def partition(gm: fx.GraphModule, _inputs: Any, *, num_fwd_outputs: int, **_: Any) -> tuple[fx.GraphModule,
-                                                                                               fx.GraphModule]:
-        if num_fwd_outputs != joint.num_forward_outputs:
-            raise PlanRejected(f"AOTAutograd reports {num_fwd_outputs} forward outputs; the capture saw "
-                               f"{joint.num_forward_outputs}.")
-        return lower(joint, graph, plan, gm)
-
-    return partition
 
 
 def boxed_compiler(gm: fx.GraphModule, _example_inputs: Any) -> Callable[[list[Any]], Any]:
@@ -64,56 +52,48 @@ def boxed_compiler(gm: fx.GraphModule, _example_inputs: Any) -> Callable[[list[A
     return run
 
 
-def lower(joint: JointGraph, graph: Graph, plan: Plan, gm: fx.GraphModule) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """The forward and backward graph modules that execute ``plan`` (already simulated) on ``gm``."""
+def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True) -> tuple[fx.GraphModule,
+                                                                                       fx.GraphModule]:
+    """The forward and backward graph modules that execute ``plan`` (already simulated) on ``joint``.
+
+    With ``frees`` off, values are dropped after their last use instead of where the plan frees
+    them (for a compiler that plans its own buffers, which the release calls would get in the way of).
+    """
+    gm = joint.module
     nodes = {n.name: n for n in gm.graph.nodes}
-    missing = [p.name for p in joint.producers if p.name not in nodes]
-    if missing:
-        raise PlanRejected(f"The joint graph changed after capture: {missing[0]!r} is gone.")
     steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
-    split = _split_point(joint, steps)
+    split = split_point(joint, steps)
     _check_order(joint, steps, split)
     counts: dict[str, int] = {}
     for op, name in steps:
         if op == "compute":
             counts[name] = counts.get(name, 0) + 1
 
-    fwd = _Phase(joint, nodes, counts)
+    fwd = _Phase(joint, nodes, counts, frees=frees)
     for placeholder in joint.primals:
         fwd.inputs[placeholder] = fwd.graph.placeholder(placeholder)
         fwd.inputs[placeholder].meta = dict(nodes[placeholder].meta)
     fwd.run(steps[:split])
     forward_outputs = [fwd.output_value(i) for i in range(joint.num_forward_outputs)]
 
-    bwd = _Phase(joint, nodes, counts)
+    bwd = _Phase(joint, nodes, counts, frees=frees, earlier=fwd)
     carried = fwd.carry_into(bwd, later=steps[split:])
     tangents = []
     for name in joint.tangents:
         tangents.append(bwd.graph.placeholder(name))
         tangents[-1].meta = dict(nodes[name].meta)
         bwd.inputs[name] = tangents[-1]
-    bwd.lazy_inputs_before = tangents[0]
+    bwd.lazy_before = tangents[0]
     bwd.run(steps[split:])
     gradients = [bwd.output_value(i) if joint.outputs[i] is not None else None
                  for i in range(joint.num_forward_outputs, len(joint.outputs))]
     bwd.graph.output(tuple(gradients))
 
-    saved = carried + [_pre_update_value(fwd, name) for name in bwd.lazy_inputs]
-    fwd.graph.output(tuple(forward_outputs + saved))
+    fwd.graph.output(tuple(forward_outputs + carried + bwd.lazy_values))
     return fx.GraphModule(gm, fwd.graph), fx.GraphModule(gm, bwd.graph)
 
 
-def _pre_update_value(fwd: _Phase, name: str) -> fx.Node:
-    """The forward input ``name`` as the backward must see it: a copy if the step updates it in place."""
-    value = fwd.inputs[name]
-    if name not in fwd.joint.mutated:
-        return value
-    copy = fwd.graph.call_function(torch.ops.aten.clone.default, (value,))
-    copy.meta = dict(value.meta)
-    return copy
-
-
-def _split_point(joint: JointGraph, steps: Sequence[tuple[str, str]]) -> int:
+def split_point(joint: JointGraph, steps: Sequence[tuple[str, str]]) -> int:
     """Index of the plan's first compute of a backward node: where the forward ends."""
     backward = {p.name for p in joint.producers if p.kind == "backward"}
     for k, (op, name) in enumerate(steps):
@@ -140,21 +120,32 @@ def _check_order(joint: JointGraph, steps: Sequence[tuple[str, str]], split: int
 
 
 class _Phase:
-    """One of the two graphs being built: the live instance of every resident producer, by name."""
+    """One of the two graphs being built: the live instance of every resident producer, by name.
 
-    def __init__(self, joint: JointGraph, nodes: dict[str, fx.Node], counts: dict[str, int]) -> None:
+    The backward phase reads what the forward left (``earlier``): values live at the split come in
+    as placeholders (:meth:`carry_into`); inputs and returned values it reads later on come in as
+    placeholders of their own, made when first read (``lazy_values`` are the forward's nodes for them).
+    """
+
+    def __init__(self, joint: JointGraph, nodes: dict[str, fx.Node], counts: dict[str, int], *, frees: bool,
+                 earlier: _Phase | None = None) -> None:
         self.joint = joint
         self.nodes = nodes
         self.counts = counts
+        self.frees = frees
+        self.earlier = earlier
         self.graph = fx.Graph()
         self.inputs: dict[str, fx.Node] = {}
         self.current: dict[str, fx.Node | dict[int, fx.Node]] = {}
         """Live instance of each resident producer; a saved multi-output one is a dict of its elements."""
+        self.first: dict[str, fx.Node] = {}
+        """The first instance of each producer of a returned value (computing it again reuses it)."""
         self.rng_state: dict[str, fx.Node] = {}
         self.captured: dict[int, fx.Node] = {}
         self.computed: set[str] = set()
-        self.lazy_inputs: list[str] = []
-        self.lazy_inputs_before: fx.Node | None = None
+        self.lazy_values: list[fx.Node] = []
+        self.lazy_before: fx.Node | None = None
+        self._constants: dict[str, fx.Node] = {}
         self._pending_free: list[fx.Node] = []
         self._outputs_of = _outputs_by_root(joint)
 
@@ -168,12 +159,20 @@ class _Phase:
             self.current[name] = self._compute(name)
             if name not in self.computed:
                 self._capture_outputs(name)
+            if self.joint.index[name].pinned:
+                self.first.setdefault(name, self.current[name])  # type: ignore[arg-type]
             self.computed.add(name)
         self._flush_frees()
 
     def _compute(self, name: str) -> fx.Node:
         node = self.nodes[name]
         producer = self.joint.index[name]
+        if producer.pinned and name in self.computed:
+            return self._first_instance(name)
+        if producer.output_of is not None:
+            source = self.current[producer.output_of]
+            if isinstance(source, dict):
+                return source[node.args[1]]  # type: ignore[index]
         if not producer.rng or self.counts[name] == 1:
             return self.graph.node_copy(node, self._arg)
         args = fx.node.map_arg(node.args, self._arg)
@@ -189,6 +188,13 @@ class _Phase:
         instance.meta = dict(node.meta)
         return instance
 
+    def _first_instance(self, name: str) -> fx.Node:
+        """The first instance of a returned value, brought over from the forward when computed there."""
+        if name not in self.first:
+            assert self.earlier is not None
+            self.first[name] = self._lazy(name, self.earlier.first[name])
+        return self.first[name]
+
     def _arg(self, node: fx.Node) -> fx.Node:
         """The node of this phase holding the value of the joint graph's ``node``."""
         name = node.name
@@ -203,8 +209,14 @@ class _Phase:
             return self.graph.node_copy(node, lambda _: self._arg(self.nodes[parent]))
         if name in self.inputs:
             return self.inputs[name]
+        if node.op == "get_attr":
+            if name not in self._constants:
+                self._constants[name] = self.graph.node_copy(node)
+            return self._constants[name]
         if name in self.joint.primals:
-            return self._lazy_input(name)
+            assert self.earlier is not None
+            self.inputs[name] = self._lazy(name, self.earlier.pre_update_value(name))
+            return self.inputs[name]
         raise PlanRejected(f"The plan reads {name!r} when it is not resident.")
 
     def _instance(self, name: str) -> fx.Node:
@@ -213,18 +225,27 @@ class _Phase:
             raise PlanRejected(f"{name!r} is a multi-output op read whole after the split; remat cannot run that.")
         return instance
 
-    def _lazy_input(self, name: str) -> fx.Node:
-        """A forward input the backward reads: a placeholder of its own, passed on by the forward."""
-        with self.graph.inserting_before(self.lazy_inputs_before):
-            self.inputs[name] = self.graph.placeholder(name)
-        self.inputs[name].meta = dict(self.nodes[name].meta)
-        self.lazy_inputs.append(name)
-        return self.inputs[name]
+    def _lazy(self, name: str, value: fx.Node) -> fx.Node:
+        """A placeholder of this phase for the earlier phase's ``value``, which the earlier phase will pass on."""
+        with self.graph.inserting_before(self.lazy_before):
+            placeholder = self.graph.placeholder(f"from_forward_{name}")
+        placeholder.meta = dict(value.meta)
+        self.lazy_values.append(value)
+        return placeholder
+
+    def pre_update_value(self, name: str) -> fx.Node:
+        """The input ``name`` as a later phase must see it: a copy if the step updates it in place."""
+        value = self.inputs[name]
+        if name not in self.joint.mutated:
+            return value
+        copy = self.graph.call_function(torch.ops.aten.clone.default, (value,))
+        copy.meta = dict(value.meta)
+        return copy
 
     def _flush_frees(self) -> None:
-        if self._pending_free:
+        if self._pending_free and self.frees:
             self.graph.call_function(release, tuple(self._pending_free))
-            self._pending_free = []
+        self._pending_free = []
 
     def _capture_outputs(self, name: str) -> None:
         """Hold the step's outputs that live in ``name`` from its first instance on."""
@@ -238,28 +259,41 @@ class _Phase:
         return self._arg(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
 
     def carry_into(self, later_phase: _Phase, *, later: Sequence[tuple[str, str]]) -> list[fx.Node]:
-        """Hand what is live at the split to ``later_phase`` as its placeholders; return this phase's nodes."""
+        """Hand what is live at the split to ``later_phase`` as its placeholders; return this phase's nodes.
+
+        Each tensor crosses once: an output of a multi-output op that is live both on its own and in
+        the op's tuple gets one placeholder (compilers assume that a graph's inputs do not alias).
+        """
         later_names = {name for op, name in later if op == "compute"}
         carried: list[fx.Node] = []
+        placeholders: dict[fx.Node, fx.Node] = {}
 
         def carry(value: fx.Node, label: str) -> fx.Node:
-            placeholder = later_phase.graph.placeholder(label)
-            placeholder.meta = dict(value.meta)
-            carried.append(value)
-            return placeholder
+            if value not in placeholders:
+                placeholders[value] = later_phase.graph.placeholder(label)
+                placeholders[value].meta = dict(value.meta)
+                carried.append(value)
+            return placeholders[value]
 
-        for name in self.current:
-            val = self.nodes[name].meta.get("val")
-            if not isinstance(val, (list, tuple)):
+        tuples = {name: instance for name, instance in self.current.items()
+                  if isinstance(self.nodes[name].meta.get("val"), (list, tuple))}
+        for name, instance in self.current.items():
+            if name not in tuples:
                 later_phase.current[name] = carry(self._instance(name), f"saved_{name}")
-                continue
+        items = {(v.args[0], v.args[1]): v for v in placeholders if v.target is operator.getitem}
+        for name, instance in tuples.items():
             elements: dict[int, fx.Node] = {}
-            for k, element in enumerate(val):
+            for k, element in enumerate(self.nodes[name].meta["val"]):
                 if isinstance(element, torch.Tensor):
-                    item = self.graph.call_function(operator.getitem, (self._instance(name), k))
-                    item.meta = {"val": element}
+                    item = items.get((instance, k))
+                    if item is None:
+                        item = self.graph.call_function(operator.getitem, (self._instance(name), k))
+                        item.meta = {"val": element}
                     elements[k] = carry(item, f"saved_{name}_{k}")
             later_phase.current[name] = elements
+        for name, first in self.first.items():
+            if first in placeholders:
+                later_phase.first[name] = placeholders[first]
         for name, state in self.rng_state.items():
             if name in later_names:
                 later_phase.rng_state[name] = carry(state, f"rng_state_{name}")

@@ -1,0 +1,209 @@
+"""remat as a torch.compile backend: AOTAutograd with remat's partitioner.
+
+TorchDynamo captures the model's Python into an FX graph; AOTAutograd traces it into the joint
+forward+backward graph and hands that to a partitioner. remat's partitioner describes the joint
+graph (:mod:`._joint`), costs it (:mod:`._costs`), gets a plan within the budget (:mod:`._planning`)
+and lowers the plan into the forward and backward graphs (:mod:`._lower`), which run op for op
+(``compiler="eager"``) or compiled by Inductor (``compiler="inductor"``: the plan's computations,
+recomputations included, are kept; Inductor fuses them and places its own frees).
+
+Graphs are planned as they come: a new input shape is a new graph with a plan of its own, as
+torch.compile recompiles. A step with graph breaks (torch.compile without ``fullgraph=True``) is
+several graphs, planned in the order they first run: ``activation_budget`` applies to each graph's
+own activations; a ``budget`` in bytes is shared, each graph getting what the graphs planned before
+it leave (the budget less their fixed memory and the values they keep for their backward).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from remat.schedules import Graph, InvalidRequest, Plan, Simulation
+
+from ._capture import DryRun
+from ._costs import node_costs
+from ._errors import CaptureError
+from ._joint import InputKind, JointGraph, describe
+from ._lower import boxed_compiler, lower, split_point
+from ._planning import Budget, Planner, check_result
+
+__all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
+
+COMPILERS = ("eager", "inductor")
+"""How the planned graphs run: op for op as planned, or compiled by Inductor."""
+
+
+@dataclass(frozen=True)
+class PlannedGraph:
+    """One graph the backend planned: its capture, the plan it runs and where the plan came from."""
+
+    joint: JointGraph
+    graph: Graph
+    result: Mapping[str, Any]
+    plan: Plan
+    simulation: Simulation
+    budget: int
+    source: str
+    """``"solved"``, ``"cache"`` (the plan cache on disk) or ``"given"`` (a result passed in)."""
+
+
+class RematBackend:
+    """A torch.compile backend that runs each training graph it is given within a budget.
+
+    Without a planner it only captures: each joint graph is described, costed and kept in
+    ``captured`` (as ``(joint, graph)``), and compilation stops there (``remat profile``).
+    """
+
+    def __init__(self, budget: Budget | None, planner: Planner | None, *, name: str = "step",
+                 cost_model: str = "flops", device: str | None = None, compiler: str = "eager",
+                 costs_from: Graph | None = None) -> None:
+        if compiler not in COMPILERS:
+            raise InvalidRequest(f"Unknown compiler {compiler!r}; choose one of: {', '.join(COMPILERS)}.",
+                                 field="compiler")
+        self.budget = budget
+        self.planner = planner
+        self.name = name
+        self.cost_model = cost_model
+        self.device = device
+        self.compiler = compiler
+        self.costs_from = costs_from
+        self.planned: list[PlannedGraph] = []
+        self.captured: list[tuple[JointGraph, Graph]] = []
+        self.dry_run = False
+        """While true, compiled steps stop before they compute (raising DryRun)."""
+        self._held: dict[int, int] = {}
+        """Bytes each planned frame holds while later graphs of the step run, by TorchDynamo frame."""
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        partition = _Partition(self, example_inputs, _frame_id())
+        try:
+            compiled = self._compile(gm, example_inputs, partition)
+        finally:
+            partition.args = None  # the example batch is not kept alive by the compiled step
+        return self._stoppable(compiled)
+
+    def _compile(self, gm: fx.GraphModule, example_inputs: Sequence[Any], partition: _Partition) -> Callable[..., Any]:
+        if self.compiler == "inductor":
+            from torch._functorch import config as functorch_config
+            from torch._inductor import config
+            from torch._inductor.compile_fx import compile_fx
+
+            # random ops as eager draws them (Inductor's own generator draws other numbers); no graph
+            # caches, which would key compiled graphs without their plan
+            with config.patch(custom_partitioner_fn=_inductor_partitioner(partition), fallback_random=True,
+                              fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+                return compile_fx(gm, example_inputs)
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(fw_compiler=boxed_compiler, bw_compiler=boxed_compiler, partition_fn=partition)(
+            gm, example_inputs)
+
+    def _stoppable(self, compiled: Callable[..., Any]) -> Callable[..., Any]:
+        """``compiled``, made to raise DryRun instead of computing while ``dry_run`` is set."""
+        boxed = getattr(compiled, "_boxed_call", False)
+
+        def run(*args: Any) -> Any:
+            if self.dry_run:
+                raise DryRun()
+            return compiled(*args)
+
+        run._boxed_call = boxed  # type: ignore[attr-defined]
+        return run
+
+    def plan(self, joint: JointGraph, graph: Graph, frame: int) -> tuple[fx.GraphModule, fx.GraphModule]:
+        """Plan ``graph`` (the joint graph's export) within the budget and lower the plan."""
+        assert self.budget is not None and self.planner is not None
+        held = sum(b for f, b in self._held.items() if f != frame)
+        budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
+        result, source = self.planner.result(graph, budget, what=joint.name)
+        plan, simulation = check_result(graph, result, budget=budget, joint=joint)
+        steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
+        self._held[frame] = int(simulation.timeline[split_point(joint, steps) - 1])
+        self.planned.append(PlannedGraph(joint, graph, result, plan, simulation, budget, source))
+        return lower(joint, graph, plan, frees=self.compiler == "eager")
+
+    def costed(self, joint: JointGraph, args: Sequence[Any] | None) -> Graph:
+        """The joint graph's remat.graph/v1: costs from ``costs_from`` when given (the same graph), else made."""
+        if self.costs_from is not None:
+            costs = {n.id: n.cost for n in self.costs_from.nodes}
+            missing = [p.name for p in joint.producers if p.name not in costs]
+            again = None if missing else joint.to_graph(costs, cost_unit=self.costs_from.cost_unit)
+            if again is None or again.sha256 != self.costs_from.sha256:
+                raise CaptureError("The model's training step no longer exports the graph given; export it again.")
+            return again
+        if self.cost_model != "measured":
+            real = list(args or [])  # only where they live, for the device profile
+        elif args is None:
+            raise CaptureError("Measured costs need the step's inputs one for one; this graph's inputs were "
+                               "merged by AOTAutograd. Use cost_model='flops'.")
+        else:
+            real = [*args, *_ones_for(joint)]
+        costs, unit = node_costs(joint, real, cost_model=self.cost_model, device=self.device)
+        return joint.to_graph(costs, cost_unit=unit)
+
+
+class _Partition:
+    """AOTAutograd's ``partition_fn`` for one graph of the backend."""
+
+    def __init__(self, backend: RematBackend, example_inputs: Sequence[Any], frame: int) -> None:
+        self.backend = backend
+        self.args: Sequence[Any] | None = list(example_inputs)
+        self.frame = frame
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int,
+                 static_lifetime_input_indices: Sequence[int] | None = None,
+                 **_: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        primals = [n for n in gm.graph.find_nodes(op="placeholder") if not n.name.startswith("tangents")]
+        static = set(static_lifetime_input_indices or ())
+        args = self.args if self.args is not None and len(self.args) == len(primals) else None
+        kinds: list[InputKind] = [
+            "input" if i not in static else
+            "parameter" if args is None or isinstance(args[i], nn.Parameter) else "buffer"
+            for i in range(len(primals))
+        ]
+        joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name)
+        with unset_fake_temporarily():
+            graph = self.backend.costed(joint, args)
+        if self.backend.planner is None:
+            self.backend.captured.append((joint, graph))
+            raise DryRun()
+        return self.backend.plan(joint, graph, self.frame)
+
+
+def _inductor_partitioner(partition: _Partition) -> Any:
+    """remat's partitioner in the form Inductor takes it (``torch._inductor.config.custom_partitioner_fn``)."""
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+    class RematPartitioner(CustomPartitionerFn):
+        def __call__(self, gm: fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[fx.GraphModule,
+                                                                                           fx.GraphModule]:
+            kwargs.pop("compiler", None)
+            return partition(gm, joint_inputs, **kwargs)
+
+        def uuid(self) -> None:
+            """None: Inductor's caches must not reuse graphs compiled under another plan."""
+            return None
+
+    return RematPartitioner()
+
+
+def _frame_id() -> int:
+    """The TorchDynamo frame being compiled (graphs of one frame replace each other; other frames add up)."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return compile_id.frame_id if compile_id is not None and compile_id.frame_id is not None else 0
+
+
+def _ones_for(joint: JointGraph) -> list[torch.Tensor]:
+    """Real tangents for timing the joint graph: ones shaped like each."""
+    nodes = {n.name: n for n in joint.module.graph.nodes}
+    out = []
+    for name in joint.tangents:
+        val = nodes[name].meta["val"]
+        out.append(torch.ones(val.shape, dtype=val.dtype, device=val.device))
+    return out

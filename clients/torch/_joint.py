@@ -1,0 +1,343 @@
+"""The joint forward+backward graph of a training step, described the way a solver sees it.
+
+AOTAutograd's joint graph holds the functional ATen ops of the forward and the backward together.
+The solver only sees *producers*, the ops that allocate storage: views and ``getitem`` s are folded
+into the producer whose storage they read, and the client keeps that map to re-create them at each
+use. Memory is counted in storage bytes, each storage once (tied weights, views and in-place updates
+share one).
+
+An op with several outputs (batch norm, layer norm, dropout, fused attention) is one producer that
+allocates all of them, and each output that another op reads, besides its main one, is a producer
+of its own (``output_of`` the op, no cost): batch norm's small saved statistics outlive its output
+without keeping it. While the op's node and such an output are both resident, that output is
+counted twice, so a plan never holds less than the step.
+
+What stays resident through the step is fixed memory, not a node: parameters, buffers, inputs and
+tensor constants; the step's outputs and their gradients (tangents), held from the forward to the
+end of the backward; the parameters' gradients; saved random states and copies of inputs the step
+updates in place. A producer of a value the step returns holds nothing more (its node has no
+memory, and a plan that computes it again reuses the first value); a producer that returns such a
+value besides others (batch norm's new running statistics) counts all its outputs, since computing
+it again allocates them all.
+
+Sizes come from the fake tensors of the trace, which match what kernels allocate, with one
+exception found so far: on the CPU, ``aten.mse_loss`` returns its scalar inside its whole
+unreduced buffer, so ``(out - y).pow(2).mean()`` is counted exactly where ``F.mse_loss`` is not.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+import torch
+from torch import fx
+from torch._functorch._aot_autograd import descriptors as desc
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from remat.schedules import Graph, Kind, Node
+
+from ._errors import CaptureError
+
+__all__ = ["InputKind", "JointGraph", "Producer", "describe", "first_output"]
+
+InputKind = Literal["parameter", "buffer", "input"]
+"""What a primal input of the joint graph is: a parameter, a buffer (module state) or a step input."""
+
+RESIDENT = ("parameters", "buffers", "inputs", "constants", "gradients")
+"""The parts of fixed memory a step holds whether or not it rematerializes: its state, its inputs and
+the parameters' gradients. The rest of a step's peak is its activation memory."""
+
+
+@dataclass(frozen=True)
+class Producer:
+    """One node of the exported graph: an op of the joint graph that allocates new storage."""
+
+    name: str
+    op: str
+    deps: tuple[str, ...]
+    memory: int
+    kind: Kind
+    rng: bool
+    """Draws random numbers (dropout): a recomputation must replay the random state."""
+    output_of: str | None = None
+    """For an output of a multi-output op kept on its own: the op's producer (this node only takes it out)."""
+    pinned: bool = False
+    """Its storage is one the step returns (an output, a gradient): held to the end, computed once."""
+
+
+@dataclass(frozen=True)
+class JointGraph:
+    """The joint graph of a training step and its producer view (what :meth:`to_graph` exports).
+
+    ``parent`` maps each folded node (a view or a ``getitem``) to the node it reads, ``root`` to the
+    producer, placeholder or constant owning its storage; ``outputs`` are the joint graph's outputs,
+    the first ``num_forward_outputs`` of them the forward's (buffer updates, then the step's own
+    outputs), the rest gradients (None where an input has none). ``mutated`` are the inputs the
+    step updates in place (batch norm's running statistics), ``fixed`` the fixed memory by category.
+    """
+
+    module: fx.GraphModule
+    name: str
+    producers: tuple[Producer, ...]
+    parent: Mapping[str, str]
+    root: Mapping[str, str]
+    primals: tuple[str, ...]
+    tangents: tuple[str, ...]
+    outputs: tuple[str | None, ...]
+    num_forward_outputs: int
+    mutated: tuple[str, ...]
+    fixed: Mapping[str, int]
+
+    @property
+    def fixed_memory(self) -> int:
+        """Bytes resident through the whole step (the sum of ``fixed``'s parts)."""
+        return sum(self.fixed.values())
+
+    @property
+    def resident_memory(self) -> int:
+        """Bytes of state, inputs and gradients: what the step holds besides its activations."""
+        return sum(self.fixed[k] for k in RESIDENT)
+
+    @cached_property
+    def index(self) -> dict[str, Producer]:
+        """Each producer by name."""
+        return {p.name: p for p in self.producers}
+
+    def to_graph(self, costs: Mapping[str, float], *, cost_unit: str) -> Graph:
+        """The remat.graph/v1 of this step with ``costs[name]`` per producer."""
+        position = {p.name: i for i, p in enumerate(self.producers)}
+        nodes = [
+            Node(
+                id=p.name,
+                deps=tuple(position[d] for d in p.deps),
+                cost=float(costs[p.name]),
+                memory=p.memory,
+                kind=p.kind,
+                meta={"op": p.op, **({"rng": True} if p.rng else {})},
+            )
+            for p in self.producers
+        ]
+        return Graph(nodes, name=self.name, fixed_memory=self.fixed_memory, cost_unit=cost_unit)
+
+
+def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Sequence[InputKind],
+             name: str) -> JointGraph:
+    """The producer view of AOTAutograd's joint graph ``gm``.
+
+    ``input_kinds`` says what each primal (non-tangent) placeholder is, in order. Raises
+    CaptureError for graphs remat cannot plan (symbolic shapes, values of unknown size).
+    """
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    tangents = [n for n in placeholders if isinstance(n.meta.get("desc"), desc.TangentAOTInput)]
+    primals = [n for n in placeholders if n not in tangents]
+    if len(input_kinds) != len(primals):
+        raise CaptureError(f"The joint graph has {len(primals)} inputs where {len(input_kinds)} were expected.")
+    constants = [n for n in graph.nodes if n.op == "get_attr"]
+    output = next(iter(graph.find_nodes(op="output")))
+    outputs: list[fx.Node | None] = list(output.args[0])
+    out_descs: list[Any] = list(output.meta.get("desc") or [None] * len(outputs))
+
+    mutated = {d.mutated_input for d in out_descs if isinstance(d, desc.InputMutationAOTOutput)}
+    mutated_inputs = [n for n in primals if n.meta.get("desc") in mutated]
+    sources = [*placeholders, *constants]
+    gradients = _pinned_storages(outputs[num_forward_outputs:], sources, {})
+    pinned = _pinned_storages(outputs[:num_forward_outputs], sources, gradients)
+    backward = _tangent_dependent(graph, tangents)
+    kept_apart = _outputs_kept_apart(graph, backward, pinned)
+
+    parent: dict[str, str] = {}
+    root: dict[str, str] = {}
+    producers: list[Producer] = []
+    leaves = {n.name for n in sources}
+    source_storages = {s for n in sources for s, _ in _storages(n.meta.get("val"))}
+    for node in graph.nodes:
+        if node.op in ("placeholder", "get_attr", "output"):
+            continue
+        if node.op != "call_function":
+            raise CaptureError(f"The joint graph holds a {node.op!r} node ({node.name}); remat expects ATen calls.")
+        args = node.all_input_nodes
+        kind: Kind = "backward" if node.name in backward else "forward"
+        if node.name in kept_apart:
+            op, k = args[0], node.args[1]
+            producers.append(Producer(name=node.name, op=f"{op.target}[{k}]", deps=(op.name,),
+                                      memory=_bytes(node.meta.get("val")), kind=kind, rng=False, output_of=op.name))
+            continue
+        in_storages = {s for a in args for s, _ in _storages(a.meta.get("val"))}
+        out = _storages(node.meta.get("val"))
+        roots = [root.get(a.name, a.name) for a in args]
+        if len(args) > 1 and out and all(s in source_storages for s, _ in out):
+            # an in-place write into an input (Inductor keeps buffer updates in the graph): it runs once
+            producers.append(Producer(name=node.name, op=str(node.target), memory=0, kind=kind, rng=False,
+                                      deps=tuple(dict.fromkeys(r for r in roots if r not in leaves)), pinned=True))
+            continue
+        if node.target is operator.getitem or (out and all(s in in_storages for s, _ in out)):
+            if len(args) != 1:
+                raise CaptureError(f"{node.name} ({node.target}) aliases one of several inputs; remat cannot fold it.")
+            parent[node.name] = args[0].name
+            root[node.name] = root.get(args[0].name, args[0].name)
+            continue
+        if any(s in in_storages for s, _ in out):
+            raise CaptureError(f"{node.name} ({node.target}) returns both new tensors and views of its inputs.")
+        returned = bool(out) and all(s in pinned for s, _ in out)
+        producers.append(Producer(
+            name=node.name,
+            op=str(node.target),
+            deps=tuple(dict.fromkeys(r for r in roots if r not in leaves)),
+            memory=0 if returned else sum(b for _, b in out),
+            kind=kind,
+            rng=_is_rng(node),
+            pinned=returned,
+        ))
+    rng_states = sum(_rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n))
+    fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned, gradients, rng_states, mutated_inputs)
+    return JointGraph(
+        module=gm,
+        name=name,
+        producers=tuple(producers),
+        parent=parent,
+        root=root,
+        primals=tuple(n.name for n in primals),
+        tangents=tuple(n.name for n in tangents),
+        outputs=tuple(o.name if isinstance(o, fx.Node) else None for o in outputs),
+        num_forward_outputs=num_forward_outputs,
+        mutated=tuple(n.name for n in mutated_inputs),
+        fixed=fixed,
+    )
+
+
+def first_output(node: fx.Node) -> Any:
+    """The (fake) value a node computes, or the first of them when it returns several (as a random op does)."""
+    val = node.meta.get("val")
+    return val[0] if isinstance(val, (list, tuple)) else val
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _storages(val: Any) -> list[tuple[StorageWeakRef, int]]:
+    """(storage, bytes) of every tensor in a node's value, each storage once."""
+    if isinstance(val, torch.Tensor):
+        nbytes = val.untyped_storage().nbytes()
+        if not isinstance(nbytes, int):
+            raise CaptureError("The step was traced with symbolic shapes; remat plans one graph per input shape "
+                               "(compile with dynamic=False).")
+        return [(StorageWeakRef(val.untyped_storage()), nbytes)]
+    if isinstance(val, (list, tuple)):
+        seen: dict[StorageWeakRef, int] = {}
+        for v in val:
+            for s, b in _storages(v):
+                seen.setdefault(s, b)
+        return list(seen.items())
+    if val is None or isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return []
+    raise CaptureError(f"A node of the joint graph has a value of type {type(val).__name__}; remat needs tensors of "
+                       f"static shapes.")
+
+
+def _bytes(val: Any) -> int:
+    return sum(b for _, b in _storages(val))
+
+
+def _is_rng(node: fx.Node) -> bool:
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
+
+
+def _tangent_dependent(graph: fx.Graph, tangents: Sequence[fx.Node]) -> set[str]:
+    """Names of the nodes that read a tangent, directly or not: the backward, by structure."""
+    reached = {t.name for t in tangents}
+    for node in graph.nodes:
+        if any(a.name in reached for a in node.all_input_nodes):
+            reached.add(node.name)
+    return reached
+
+
+def _outputs_kept_apart(graph: fx.Graph, backward: set[str], pinned: Mapping[StorageWeakRef, int]) -> set[str]:
+    """The ``getitem`` s that take an output of a multi-output op as a value of its own.
+
+    The op's main output (the largest the forward reads, else the largest) stays the op's own; every
+    other output that some op reads and that the step does not return becomes its own value.
+    """
+    apart: set[str] = set()
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, (list, tuple)) or len(val) < 2:
+            continue
+        items = [u for u in node.users if u.target is operator.getitem and isinstance(u.args[1], int)]
+        storages = [_storages(val[u.args[1]]) for u in items]
+        if not items or any(len(s) != 1 for s in storages):
+            continue
+        read = [u for u in items if u.users]
+        forward = [u for u in read if any(r.name not in backward for r in u.users)]
+        main = max(forward or read or items, key=lambda u: _bytes(val[u.args[1]]))
+        unique = {s[0][0] for s in storages}
+        if len(unique) != len(storages):
+            continue  # outputs sharing a storage stay together
+        apart.update(u.name for u, s in zip(items, storages, strict=True)
+                     if u is not main and u.users and s[0][0] not in pinned)
+    return apart
+
+
+def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Node],
+                     counted: Mapping[StorageWeakRef, int]) -> dict[StorageWeakRef, int]:
+    """Storages among ``outputs`` that the step allocates itself, but not those already ``counted``.
+
+    The result includes ``counted``: together they are every storage the step returns.
+    """
+    inputs = {s for p in sources for s, _ in _storages(p.meta.get("val"))}
+    pinned: dict[StorageWeakRef, int] = dict(counted)
+    for o in outputs:
+        if o is not None:
+            for s, b in _storages(o.meta.get("val")):
+                if s not in inputs:
+                    pinned.setdefault(s, b)
+    return pinned
+
+
+def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], constants: Sequence[fx.Node],
+                  tangents: Sequence[fx.Node], pinned: Mapping[StorageWeakRef, int],
+                  gradients: Mapping[StorageWeakRef, int], rng_states: int,
+                  mutated: Sequence[fx.Node]) -> dict[str, int]:
+    """Resident bytes by category; each storage counted once (tied weights share one).
+
+    ``mutated_copies`` are the copies of updated inputs a backward recomputation may read,
+    ``rng_states`` the generator states a replayed random op keeps: both bounds, rarely all used.
+    """
+    seen: set[StorageWeakRef] = set()
+
+    def total(nodes: Sequence[fx.Node]) -> int:
+        out = 0
+        for n in nodes:
+            for s, b in _storages(n.meta.get("val")):
+                if s not in seen:
+                    seen.add(s)
+                    out += b
+        return out
+
+    def of_kind(kind: InputKind) -> list[fx.Node]:
+        return [n for n, k in zip(primals, kinds, strict=True) if k == kind]
+
+    return {
+        "parameters": total(of_kind("parameter")),
+        "buffers": total(of_kind("buffer")),
+        "inputs": total(of_kind("input")),
+        "constants": total(constants),
+        "tangents": total(tangents),
+        "gradients": sum(gradients.values()),
+        "outputs": sum(pinned.values()) - sum(gradients.values()),
+        "rng_states": rng_states,
+        "mutated_copies": sum(b for n in mutated for _, b in _storages(n.meta.get("val"))),
+    }
+
+
+def _rng_state_bytes(node: fx.Node) -> int:
+    """Bytes a saved random state takes in the step's device memory (a CUDA generator's lives on the host)."""
+    first = first_output(node)
+    if isinstance(first, torch.Tensor) and first.device.type == "cpu":
+        return torch.get_rng_state().nbytes
+    return 0

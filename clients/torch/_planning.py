@@ -1,0 +1,197 @@
+"""From a captured graph and a budget to a simulated plan the step can run.
+
+A budget is what the user reasons about: the bytes the training step may hold in total (parameters,
+buffers, inputs, gradients, activations; what the allocator's peak would report, less what lives
+outside the step such as optimizer state), or a fraction of the step's activation memory, the part
+that checkpointing trades for compute. A plan comes from the plan cache, the in-process solver or a
+remat service; whatever its source, it is simulated on the graph and refused unless it fits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from remat.schedules import Graph, InvalidPlan, InvalidRequest, Plan, Simulation, format_size, parse_size, simulate
+from remat.solvers import FITTING_STATUSES, Convergence
+
+from ._cache import PlanCache
+from ._errors import PlanRejected
+from ._joint import JointGraph
+from ._progress import ProgressLine
+
+__all__ = ["SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio", "check_result"]
+
+SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap")
+"""Solver options a remat service takes with a request."""
+
+MIN_FLOOR_STRATEGY = "checkpoint-last"
+"""The baseline that holds the least (only what the next op needs): its plan says how low a plan can go."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A step's budget: ``total`` bytes, or ``activations``, a fraction of its activation memory.
+
+    The activation memory is the peak of the step without rematerialization (the checkpoint-all
+    plan) less what the step holds anyway: parameters, buffers, inputs, constants and gradients.
+
+    >>> Budget.of("6GiB", None).total
+    6442450944
+    >>> Budget.of(None, 0.5).describe()
+    '0.5 of the activation memory'
+    """
+
+    total: int | None = None
+    activations: float | None = None
+
+    @classmethod
+    def of(cls, budget: int | str | None, activation_budget: float | None) -> Budget:
+        """The budget from ``rematerialize``'s arguments: exactly one of them."""
+        if (budget is None) == (activation_budget is None):
+            raise InvalidRequest("Give exactly one of budget= (bytes, or a size such as '6GiB': what the step may "
+                                 "hold in total) and activation_budget= (a fraction of its activation memory, "
+                                 "such as 0.5).", field="budget")
+        if budget is not None:
+            return cls(total=parse_size(budget))
+        if isinstance(activation_budget, bool) or not isinstance(activation_budget, (int, float)) \
+                or not 0 < activation_budget <= 1:
+            raise InvalidRequest(f"activation_budget must be a fraction in (0, 1], got {activation_budget!r}.",
+                                 field="activation_budget")
+        return cls(activations=float(activation_budget))
+
+    def bytes_for(self, graph: Graph, joint: JointGraph, *, held_elsewhere: int = 0) -> int:
+        """The budget in bytes for this step's graph, less ``held_elsewhere`` (other graphs' memory)."""
+        if self.total is not None:
+            return self.total - held_elsewhere
+        assert self.activations is not None
+        return joint.resident_memory + math.ceil(self.activations * activation_memory(graph, joint))
+
+    def describe(self) -> str:
+        return format_size(self.total) if self.total is not None else f"{self.activations:g} of the activation memory"
+
+
+def activation_memory(graph: Graph, joint: JointGraph) -> int:
+    """The step's activation memory: its peak without rematerialization less what it holds anyway."""
+    return graph.checkpoint_all_peak - joint.resident_memory
+
+
+def activation_ratio(total: int, graph: Graph, joint: JointGraph) -> float:
+    """A budget of ``total`` bytes as a fraction of the step's activation memory."""
+    activation = activation_memory(graph, joint)
+    return (total - joint.resident_memory) / activation if activation > 0 else math.inf
+
+
+@dataclass
+class Planner:
+    """Where plans come from: ``given`` (a result to follow), the cache, then the solver or a service.
+
+    ``options`` go to :func:`remat.solvers.solve` (``backend``, ``time_limit_s``, ``mip_gap``,
+    ``threads``, ``options``, ``convergence``); a service takes only those of SERVER_OPTIONS. Local
+    solves stop when converged (:class:`remat.solvers.Convergence`) unless ``convergence=None`` is given.
+    """
+
+    strategy: str = "checkmate"
+    server: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    cache: PlanCache | None = None
+    progress: bool = True
+    given: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.server is not None and set(self.options) - set(SERVER_OPTIONS):
+            extra = ", ".join(sorted(set(self.options) - set(SERVER_OPTIONS)))
+            raise InvalidRequest(f"A remat service takes only {', '.join(SERVER_OPTIONS)} with a request; "
+                                 f"drop {extra} or solve in-process.", field="server")
+
+    def result(self, graph: Graph, budget: int, *, what: str) -> tuple[dict[str, Any], str]:
+        """A remat.result/v1 for ``graph`` at ``budget`` bytes and where it came from: given, cache or solved."""
+        if self.given is not None:
+            return dict(self.given), "given"
+        key = PlanCache.key(graph.sha256, budget, self.strategy, self.options)
+        cached = self.cache.get(key) if self.cache is not None else None
+        if cached is not None and cached.get("status") in FITTING_STATUSES and cached.get("graph_sha256") == graph.sha256:
+            return cached, "cache"
+        result = self._solve(graph, budget, what)
+        if result.get("status") not in FITTING_STATUSES:
+            result = self._smallest_plan(graph, budget, result)
+        if self.cache is not None and result.get("status") in FITTING_STATUSES:
+            self.cache.put(key, result)
+        return result, "solved"
+
+    def _solve(self, graph: Graph, budget: int, what: str) -> dict[str, Any]:
+        if self.server is not None:
+            from remat.clients.http import Client
+
+            with Client(self.server) as client:
+                return client.solve(graph, budget=budget, strategy=self.strategy, **self.options)
+        from remat.solvers import solve
+
+        options: dict[str, Any] = {"convergence": Convergence(), **self.options}
+        line = ProgressLine(f"planning {what} ({graph.size} nodes) within {format_size(budget)}", graph.base_cost) \
+            if self.progress else None
+        result = solve(graph, budget=budget, strategy=self.strategy, on_progress=line.update if line else None,
+                       **options)
+        if line is not None:
+            overhead = f"{result.simulation.cost / graph.base_cost:.3f}x the step's compute" \
+                if result.simulation is not None and graph.base_cost > 0 else "no plan"
+            line.close(f"{result.status.value} in {result.solve_time_s:.1f} s, {overhead}")
+        return result.to_json()
+
+    def _smallest_plan(self, graph: Graph, budget: int, failed: dict[str, Any]) -> dict[str, Any]:
+        """The plan of the baseline that holds the least, when the strategy found none that fits.
+
+        It is the answer when it fits; otherwise the strategy's result is kept, with the smallest
+        budget a plan reached (this baseline's peak, or the strategy's own plan's) under ``smallest_peak``.
+        """
+        from remat.solvers import solve
+
+        floor = solve(graph, budget=max(budget, graph.min_feasible_budget), strategy=MIN_FLOOR_STRATEGY).to_json()
+        if floor["status"] in FITTING_STATUSES:
+            floor["log"] = [*failed.get("log", [])[-3:], f"{self.strategy} found no plan within the budget; "
+                            f"{MIN_FLOOR_STRATEGY}'s plan fits", *floor.get("log", [])]
+            return floor
+        peaks = [(r["peak_memory"], r["strategy"]) for r in (failed, floor) if r.get("peak_memory") is not None]
+        return {**failed, "smallest_peak": min(peaks) if peaks else None}
+
+
+def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int,
+                 joint: JointGraph | None = None) -> tuple[Plan, Simulation]:
+    """Re-simulate the plan of a remat.result/v1 and refuse it unless it fits ``budget`` on this graph.
+
+    With the ``joint`` graph, a refusal also quotes budgets as fractions of the activation memory.
+    """
+    status = result.get("status")
+    if status not in FITTING_STATUSES:
+        raise PlanRejected(_no_plan(graph, result, budget, joint))
+    if result.get("graph_sha256") != graph.sha256:
+        raise PlanRejected("The result was made for another graph (its graph_sha256 differs).")
+    try:
+        plan = Plan.from_json(graph, result.get("plan"))
+        simulation = simulate(graph, plan)
+    except InvalidPlan as e:
+        raise PlanRejected(f"The plan received does not simulate: {e}") from e
+    if simulation.peak_memory > budget:
+        raise PlanRejected(f"The plan received peaks at {format_size(simulation.peak_memory)}, over the budget "
+                           f"of {format_size(budget)}.")
+    return plan, simulation
+
+
+def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointGraph | None) -> str:
+    """Why there is no plan, with the smallest budget a plan reached and the floor no plan goes below."""
+
+    def size(total: int) -> str:
+        if joint is None:
+            return format_size(total)
+        return f"{format_size(total)}, activation_budget={activation_ratio(total, graph, joint):.3f}"
+
+    log = ((result.get("log") or [""])[-1])[:300]
+    text = f"Strategy {result.get('strategy')!r} returned status {result.get('status')!r} for a budget of {size(budget)}."
+    smallest = result.get("smallest_peak")
+    if smallest:
+        peak, strategy = smallest
+        text += f" The smallest budget a plan reached on this graph is {size(peak)} ({strategy});"
+    text += f" no plan can go below {size(graph.min_feasible_budget)} (a bound)."
+    return f"{text} Checkpoint-all needs {size(graph.checkpoint_all_peak)}. {log}".strip()
