@@ -91,6 +91,9 @@ class JointGraph:
     num_forward_outputs: int
     mutated: tuple[str, ...]
     fixed: Mapping[str, int]
+    returned: Mapping[str, int]
+    """Folded nodes whose storage the forward returns (batch norm's new running statistics), by output
+    index: readers take them from what the step returns, so they keep nothing else alive."""
 
     @property
     def fixed_memory(self) -> int:
@@ -150,6 +153,7 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
     backward = _tangent_dependent(graph, tangents)
     kept_apart = _outputs_kept_apart(graph, backward, pinned)
 
+    returned = _returned_values(graph, outputs[:num_forward_outputs], pinned)
     parent: dict[str, str] = {}
     root: dict[str, str] = {}
     producers: list[Producer] = []
@@ -169,7 +173,7 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
             continue
         in_storages = {s for a in args for s, _ in _storages(a.meta.get("val"))}
         out = _storages(node.meta.get("val"))
-        roots = [root.get(a.name, a.name) for a in args]
+        roots = [root.get(a.name, a.name) for a in args if a.name not in returned]
         if len(args) > 1 and out and all(s in source_storages for s, _ in out):
             # an in-place write into an input (Inductor keeps buffer updates in the graph): it runs once
             producers.append(Producer(name=node.name, op=str(node.target), memory=0, kind=kind, rng=False,
@@ -183,15 +187,15 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
             continue
         if any(s in in_storages for s, _ in out):
             raise CaptureError(f"{node.name} ({node.target}) returns both new tensors and views of its inputs.")
-        returned = bool(out) and all(s in pinned for s, _ in out)
+        held = bool(out) and all(s in pinned for s, _ in out)
         producers.append(Producer(
             name=node.name,
             op=str(node.target),
             deps=tuple(dict.fromkeys(r for r in roots if r not in leaves)),
-            memory=0 if returned else sum(b for _, b in out),
+            memory=0 if held else sum(b for _, b in out),
             kind=kind,
             rng=_is_rng(node),
-            pinned=returned,
+            pinned=held,
         ))
     rng_states = sum(_rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n))
     fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned, gradients, rng_states, mutated_inputs)
@@ -207,6 +211,7 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
         num_forward_outputs=num_forward_outputs,
         mutated=tuple(n.name for n in mutated_inputs),
         fixed=fixed,
+        returned=returned,
     )
 
 
@@ -281,6 +286,24 @@ def _outputs_kept_apart(graph: fx.Graph, backward: set[str], pinned: Mapping[Sto
         apart.update(u.name for u, s in zip(items, storages, strict=True)
                      if u is not main and u.users and s[0][0] not in pinned)
     return apart
+
+
+def _returned_values(graph: fx.Graph, forward_outputs: Sequence[fx.Node | None],
+                     pinned: Mapping[StorageWeakRef, int]) -> dict[str, int]:
+    """Folded nodes (``getitem`` s, views) holding a storage the forward returns, with that output's index."""
+    index: dict[StorageWeakRef, int] = {}
+    for i, o in enumerate(forward_outputs):
+        if o is not None:
+            for s, _ in _storages(o.meta.get("val")):
+                index.setdefault(s, i)
+    returned: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is not operator.getitem:
+            continue
+        found = _storages(node.meta.get("val"))
+        if len(found) == 1 and found[0][0] in index and found[0][0] in pinned:
+            returned[node.name] = index[found[0][0]]
+    return returned
 
 
 def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Node],

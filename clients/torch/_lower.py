@@ -77,7 +77,7 @@ def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True) ->
     forward_outputs = [fwd.output_value(i) for i in range(joint.num_forward_outputs)]
 
     bwd = _Phase(joint, nodes, counts, frees=frees, earlier=fwd)
-    carried = fwd.carry_into(bwd, later=steps[split:])
+    fwd.carry_into(bwd, later=steps[split:])
     tangents = []
     for name in joint.tangents:
         tangents.append(bwd.graph.placeholder(name))
@@ -89,7 +89,7 @@ def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True) ->
                  for i in range(joint.num_forward_outputs, len(joint.outputs))]
     bwd.graph.output(tuple(gradients))
 
-    fwd.graph.output(tuple(forward_outputs + carried + bwd.lazy_values))
+    fwd.graph.output(tuple(forward_outputs + bwd.unique_saves()))
     return fx.GraphModule(gm, fwd.graph), fx.GraphModule(gm, bwd.graph)
 
 
@@ -124,7 +124,7 @@ class _Phase:
 
     The backward phase reads what the forward left (``earlier``): values live at the split come in
     as placeholders (:meth:`carry_into`); inputs and returned values it reads later on come in as
-    placeholders of their own, made when first read (``lazy_values`` are the forward's nodes for them).
+    placeholders of their own, made when first read. ``saves`` pairs each with the forward's node.
     """
 
     def __init__(self, joint: JointGraph, nodes: dict[str, fx.Node], counts: dict[str, int], *, frees: bool,
@@ -143,7 +143,8 @@ class _Phase:
         self.rng_state: dict[str, fx.Node] = {}
         self.captured: dict[int, fx.Node] = {}
         self.computed: set[str] = set()
-        self.lazy_values: list[fx.Node] = []
+        self.saves: list[tuple[fx.Node, fx.Node]] = []
+        """(the earlier phase's node, this phase's placeholder) for every value passed on to this phase."""
         self.lazy_before: fx.Node | None = None
         self._constants: dict[str, fx.Node] = {}
         self._pending_free: list[fx.Node] = []
@@ -197,6 +198,12 @@ class _Phase:
 
     def _arg(self, node: fx.Node) -> fx.Node:
         """The node of this phase holding the value of the joint graph's ``node``."""
+        if node.name in self.joint.returned and node.name not in self.current:
+            return self._returned(self.joint.returned[node.name])
+        return self._live(node)
+
+    def _live(self, node: fx.Node) -> fx.Node:
+        """The node of this phase for the joint graph's ``node`` from what is live in this phase."""
         name = node.name
         if name in self.current:
             return self._instance(name)
@@ -206,7 +213,7 @@ class _Phase:
             if isinstance(elements, dict):
                 index: Any = node.args[1]
                 return elements[index]
-            return self.graph.node_copy(node, lambda _: self._arg(self.nodes[parent]))
+            return self.graph.node_copy(node, lambda _: self._live(self.nodes[parent]))
         if name in self.inputs:
             return self.inputs[name]
         if node.op == "get_attr":
@@ -230,8 +237,34 @@ class _Phase:
         with self.graph.inserting_before(self.lazy_before):
             placeholder = self.graph.placeholder(f"from_forward_{name}")
         placeholder.meta = dict(value.meta)
-        self.lazy_values.append(value)
+        self.saves.append((value, placeholder))
         return placeholder
+
+    def _returned(self, i: int) -> fx.Node:
+        """The step's forward output ``i`` as captured at its first computation (in this phase or the earlier)."""
+        if i not in self.captured:
+            if self.earlier is None or i not in self.earlier.captured:
+                raise PlanRejected(f"The plan reads {self.joint.outputs[i]!r} before it first computes it.")
+            self.captured[i] = self._lazy(f"output_{i}", self.earlier.captured[i])
+        return self.captured[i]
+
+    def unique_saves(self) -> list[fx.Node]:
+        """The earlier phase's nodes to pass on, each tensor once: placeholders for the same tensor merge.
+
+        Two nodes are the same tensor when they are the same node or take the same output of one
+        instance; compilers assume that a graph's inputs never alias each other.
+        """
+        kept: dict[Any, fx.Node] = {}
+        values = []
+        for value, placeholder in self.saves:
+            key = (value.args[0], value.args[1]) if value.target is operator.getitem else value
+            if key in kept:
+                placeholder.replace_all_uses_with(kept[key])
+                self.graph.erase_node(placeholder)
+            else:
+                kept[key] = placeholder
+                values.append(value)
+        return values
 
     def pre_update_value(self, name: str) -> fx.Node:
         """The input ``name`` as a later phase must see it: a copy if the step updates it in place."""
@@ -250,7 +283,7 @@ class _Phase:
     def _capture_outputs(self, name: str) -> None:
         """Hold the step's outputs that live in ``name`` from its first instance on."""
         for i in self._outputs_of.get(name, ()):
-            self.captured[i] = self._arg(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
+            self.captured[i] = self._live(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
 
     def output_value(self, i: int) -> fx.Node:
         """The node for the joint graph's output ``i`` at the end of this phase."""
@@ -258,42 +291,28 @@ class _Phase:
             return self.captured[i]
         return self._arg(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
 
-    def carry_into(self, later_phase: _Phase, *, later: Sequence[tuple[str, str]]) -> list[fx.Node]:
-        """Hand what is live at the split to ``later_phase`` as its placeholders; return this phase's nodes.
-
-        Each tensor crosses once: an output of a multi-output op that is live both on its own and in
-        the op's tuple gets one placeholder (compilers assume that a graph's inputs do not alias).
-        """
+    def carry_into(self, later_phase: _Phase, *, later: Sequence[tuple[str, str]]) -> None:
+        """Hand what is live at the split to ``later_phase`` as its placeholders (in its ``saves``)."""
         later_names = {name for op, name in later if op == "compute"}
-        carried: list[fx.Node] = []
-        placeholders: dict[fx.Node, fx.Node] = {}
 
         def carry(value: fx.Node, label: str) -> fx.Node:
-            if value not in placeholders:
-                placeholders[value] = later_phase.graph.placeholder(label)
-                placeholders[value].meta = dict(value.meta)
-                carried.append(value)
-            return placeholders[value]
+            placeholder = later_phase.graph.placeholder(label)
+            placeholder.meta = dict(value.meta)
+            later_phase.saves.append((value, placeholder))
+            return placeholder
 
-        tuples = {name: instance for name, instance in self.current.items()
-                  if isinstance(self.nodes[name].meta.get("val"), (list, tuple))}
-        for name, instance in self.current.items():
-            if name not in tuples:
+        for name in self.current:
+            val = self.nodes[name].meta.get("val")
+            if not isinstance(val, (list, tuple)):
                 later_phase.current[name] = carry(self._instance(name), f"saved_{name}")
-        items = {(v.args[0], v.args[1]): v for v in placeholders if v.target is operator.getitem}
-        for name, instance in tuples.items():
+                continue
             elements: dict[int, fx.Node] = {}
-            for k, element in enumerate(self.nodes[name].meta["val"]):
+            for k, element in enumerate(val):
                 if isinstance(element, torch.Tensor):
-                    item = items.get((instance, k))
-                    if item is None:
-                        item = self.graph.call_function(operator.getitem, (self._instance(name), k))
-                        item.meta = {"val": element}
+                    item = self.graph.call_function(operator.getitem, (self._instance(name), k))
+                    item.meta = {"val": element}
                     elements[k] = carry(item, f"saved_{name}_{k}")
             later_phase.current[name] = elements
-        for name, first in self.first.items():
-            if first in placeholders:
-                later_phase.first[name] = placeholders[first]
         for name, state in self.rng_state.items():
             if name in later_names:
                 later_phase.rng_state[name] = carry(state, f"rng_state_{name}")
@@ -301,7 +320,6 @@ class _Phase:
             if i >= self.joint.num_forward_outputs:
                 later_phase.captured[i] = carry(value, f"output_{i}")
         later_phase.computed = set(self.computed)
-        return carried
 
 
 def _fake_rng_state(node: fx.Node) -> torch.Tensor:
