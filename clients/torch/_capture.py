@@ -97,13 +97,13 @@ def explain(e: BaseException, what: str) -> BaseException:
 
 
 def _where(e: Any) -> str:
-    """``at FILE:LINE in FUNCTION: CODE `` for the innermost frame of user code in the exception, if known."""
+    """``at FILE:LINE, in FUNCTION: `CODE` `` for the innermost frame of user code in the exception, if known."""
     stack = getattr(e, "real_stack", None) or []
     if not stack:
         return ""
     frame = stack[-1]
-    code = f": {frame.line.strip()}" if frame.line else ""
-    return f"at {frame.filename}:{frame.lineno} in {frame.name}{code} "
+    code = f" `{frame.line.strip()}`" if frame.line else ""
+    return f"at {frame.filename}:{frame.lineno}, in {frame.name}:{code} "
 
 
 def _advice(e: Any) -> str:

@@ -7,10 +7,10 @@ use. Memory is counted in storage bytes, each storage once (tied weights, views 
 share one).
 
 An op with several outputs (batch norm, layer norm, dropout, fused attention) is one producer that
-allocates all of them, and each output that another op reads, besides its main one, is a producer
-of its own (``output_of`` the op, no cost): batch norm's small saved statistics outlive its output
-without keeping it. While the op's node and such an output are both resident, that output is
-counted twice, so a plan never holds less than the step.
+allocates all of them. When its main output is read by the forward only, each other output that
+some op reads is a producer of its own (``output_of`` the op, no cost): batch norm's small saved
+statistics outlive its output without keeping it alive. While the op's node and such an output are
+both resident, that output is counted twice, so a plan never holds less than the step.
 
 What stays resident through the step is fixed memory, not a node: parameters, buffers, inputs and
 tensor constants; the step's outputs and their gradients (tangents), held from the forward to the
@@ -34,6 +34,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 import torch
+import torch.utils._pytree as pytree
 from torch import fx
 from torch._functorch._aot_autograd import descriptors as desc
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -135,6 +136,8 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
     CaptureError for graphs remat cannot plan (symbolic shapes, values of unknown size).
     """
     graph = gm.graph
+    for node in graph.nodes:
+        _check_static(node)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     tangents = [n for n in placeholders if isinstance(n.meta.get("desc"), desc.TangentAOTInput)]
     primals = [n for n in placeholders if n not in tangents]
@@ -224,14 +227,37 @@ def first_output(node: fx.Node) -> Any:
 # -- helpers ------------------------------------------------------------------------------------
 
 
+def _check_static(node: fx.Node) -> None:
+    """Refuse a node whose size is not a number: remat needs every tensor's bytes before the step runs."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    tensors = [t for t in pytree.tree_leaves(node.meta.get("val")) if isinstance(t, torch.Tensor)]
+    if all(isinstance(t.untyped_storage().nbytes(), int) for t in tensors):
+        return
+    where = _user_line(node.meta.get("stack_trace") or "")
+    if any(free_unbacked_symbols(t) for t in tensors):
+        raise CaptureError(f"{node.target}{where} makes a tensor whose size depends on tensor values, so its memory "
+                           f"is unknown before the step runs. Use fixed-size masks (torch.where) instead of "
+                           f"indexing by a mask or nonzero().")
+    raise CaptureError(f"The step was traced with symbolic shapes ({node.target}{where}); remat plans one graph per "
+                       f"input shape: compile with dynamic=False.")
+
+
+def _user_line(stack_trace: str) -> str:
+    """`` (File "...", line N, in f: `code`)`` for the innermost frame of an FX node's stack trace, or ''."""
+    lines = [line.strip() for line in stack_trace.splitlines()]
+    frames = [k for k, line in enumerate(lines) if line.startswith("File ")]
+    if not frames:
+        return ""
+    k = frames[-1]
+    code = lines[k + 1] if k + 1 < len(lines) and lines[k + 1].strip("^~ ") else ""
+    return f" ({lines[k]}: `{code}`)"
+
+
 def _storages(val: Any) -> list[tuple[StorageWeakRef, int]]:
-    """(storage, bytes) of every tensor in a node's value, each storage once."""
+    """(storage, bytes) of every tensor in a node's value, each storage once (sizes are static: see _check_static)."""
     if isinstance(val, torch.Tensor):
-        nbytes = val.untyped_storage().nbytes()
-        if not isinstance(nbytes, int):
-            raise CaptureError("The step was traced with symbolic shapes; remat plans one graph per input shape "
-                               "(compile with dynamic=False).")
-        return [(StorageWeakRef(val.untyped_storage()), nbytes)]
+        return [(StorageWeakRef(val.untyped_storage()), val.untyped_storage().nbytes())]
     if isinstance(val, (list, tuple)):
         seen: dict[StorageWeakRef, int] = {}
         for v in val:
@@ -265,8 +291,11 @@ def _tangent_dependent(graph: fx.Graph, tangents: Sequence[fx.Node]) -> set[str]
 def _outputs_kept_apart(graph: fx.Graph, backward: set[str], pinned: Mapping[StorageWeakRef, int]) -> set[str]:
     """The ``getitem`` s that take an output of a multi-output op as a value of its own.
 
-    The op's main output (the largest the forward reads, else the largest) stays the op's own; every
-    other output that some op reads and that the step does not return becomes its own value.
+    Only worth it when the op can go before its other outputs: its main output (the largest that only
+    the forward reads) stays the op's own, and every other output that some op reads and that the step
+    does not return becomes a value of its own. Where every output is read by the backward (max
+    pooling's output and indices), they stay together: none could go sooner, and the values of their
+    own would be counted twice.
     """
     apart: set[str] = set()
     for node in graph.nodes:
@@ -277,14 +306,13 @@ def _outputs_kept_apart(graph: fx.Graph, backward: set[str], pinned: Mapping[Sto
         storages = [_storages(val[u.args[1]]) for u in items]
         if not items or any(len(s) != 1 for s in storages):
             continue
-        read = [u for u in items if u.users]
-        forward = [u for u in read if any(r.name not in backward for r in u.users)]
-        main = max(forward or read or items, key=lambda u: _bytes(val[u.args[1]]))
-        unique = {s[0][0] for s in storages}
-        if len(unique) != len(storages):
+        if len({s[0][0] for s in storages}) != len(storages):
             continue  # outputs sharing a storage stay together
-        apart.update(u.name for u, s in zip(items, storages, strict=True)
-                     if u is not main and u.users and s[0][0] not in pinned)
+        read = [u for u, s in zip(items, storages, strict=True) if u.users and s[0][0] not in pinned]
+        forward_only = [u for u in read if all(r.name not in backward for r in u.users)]
+        if forward_only:
+            main = max(forward_only, key=lambda u: _bytes(val[u.args[1]]))
+            apart.update(u.name for u in read if u is not main)
     return apart
 
 

@@ -1,8 +1,11 @@
-"""Capture and export: producer nodes, storage sizes, fixed memory, kinds; clear errors; remat profile."""
+"""Capture and export through TorchDynamo: producer nodes, storage sizes, fixed memory, outputs of
+multi-output ops on their own, kinds; what torch.compile captures (keyword inputs, any outputs,
+tensor constants, logging); clear errors that name what stops the capture and where; remat profile."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -29,20 +32,21 @@ def _made(name: str):
 
 def test_export_keeps_producers_and_folds_views_and_getitems():
     model, inputs, loss_fn = _made("gpt")
-    with capture(model, inputs, loss_fn=loss_fn) as cap:
-        joint = cap.joint
-        calls = [n for n in joint.module.graph.nodes if n.op == "call_function"]
+    joint, graph = capture(model, inputs, loss_fn=loss_fn)
+    calls = [n for n in joint.module.graph.nodes if n.op == "call_function"]
     assert {p.name for p in joint.producers}.isdisjoint(joint.parent)
     assert len(joint.producers) + len(joint.parent) == len(calls)
-    assert not any(p.op.startswith(_VIEW_OPS) or "getitem" in p.op for p in joint.producers)
+    assert not any(p.op.startswith(_VIEW_OPS) for p in joint.producers)
+    assert all(p.op.endswith("]") and p.memory > 0 for p in joint.producers if p.output_of)
     assert any(c.target.__name__ == "getitem" for c in calls if c.name in joint.parent)
     for name, parent in joint.parent.items():
         assert joint.root[name] == joint.root.get(parent, parent)
+    assert [n.id for n in graph.nodes] == [p.name for p in joint.producers]
 
 
 def test_memory_is_output_storage_and_fixed_memory_is_what_stays():
     model, (x, y), loss_fn = _made("mlp")
-    graph = export_graph(model, (x, y), loss_fn=loss_fn)
+    joint, graph = capture(model, (x, y), loss_fn=loss_fn)
     activation = x.numel() * 4
     nodes = {n.id: n for n in graph.nodes}
     forward_matmuls = [n for n in graph.nodes if n.meta["op"] == "aten.addmm.default"]
@@ -50,42 +54,68 @@ def test_memory_is_output_storage_and_fixed_memory_is_what_stays():
     assert all(n.memory == activation for n in forward_matmuls)
     assert all(nodes[i].memory == activation for i in nodes if nodes[i].meta["op"] == "aten.tanh.default")
 
-    with capture(model, (x, y), loss_fn=loss_fn) as cap:
-        fixed = cap.joint.fixed
+    fixed = joint.fixed
     params = sum(p.numel() * 4 for p in model.parameters())
-    assert fixed["parameters"] == params
-    assert fixed["gradients"] == params
+    assert fixed["parameters"] == params and fixed["gradients"] == params
     assert fixed["inputs"] == x.numel() * 4 + y.numel() * 4
     assert fixed["outputs"] == 4 and fixed["tangents"] == 4
     assert graph.fixed_memory == sum(fixed.values())
+    assert joint.resident_memory == 2 * params + fixed["inputs"]
     # Gradients are fixed memory: the nodes that make them hold nothing extra.
     assert sum(n.memory for n in graph.nodes if n.kind == "backward" and n.meta["op"] == "aten.mm.default") \
         == activation * (len(model.layers) - 1)
 
 
-def test_multi_output_ops_count_every_output_and_buffers_count_as_fixed():
+def test_tied_weights_are_one_parameter_and_one_gradient():
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 16)
+            self.head = nn.Linear(16, 50, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, idx):
+            return self.head(torch.tanh(self.embed(idx))).logsumexp(-1).mean()
+
+    joint, _ = capture(Tied(), (torch.randint(0, 50, (4, 8)),))
+    assert joint.fixed["parameters"] == 50 * 16 * 4
+    assert joint.fixed["gradients"] == 50 * 16 * 4
+
+
+def test_each_output_of_a_multi_output_op_has_its_own_lifetime():
     model, inputs, loss_fn = _made("resnet")
-    graph = export_graph(model, inputs, loss_fn=loss_fn)
-    with capture(model, inputs, loss_fn=loss_fn) as cap:
-        fixed = cap.joint.fixed
-        vals = {n.name: n.meta.get("val") for n in cap.joint.module.graph.nodes}
-    assert fixed["buffers"] == sum(b.numel() * b.element_size() for b in model.buffers())
-    norms = [n for n in graph.nodes if "batch_norm_legit_functional" in n.meta["op"]]
+    joint, graph = capture(model, inputs, loss_fn=loss_fn)
+    vals = {n.name: n.meta.get("val") for n in joint.module.graph.nodes}
+    nodes = {n.id: n for n in graph.nodes}
+    norms = [n for n in graph.nodes if n.meta["op"] == "aten._native_batch_norm_legit_functional.default"]
     assert norms
     for n in norms:
-        out, mean, invstd, _, _ = vals[n.id]  # new running stats are outputs of the step: fixed memory
-        assert n.memory == out.untyped_storage().nbytes() + mean.untyped_storage().nbytes() \
-            + invstd.untyped_storage().nbytes()
+        out, mean, invstd, new_mean, new_var = vals[n.id]
+        assert n.memory == sum(t.untyped_storage().nbytes() for t in (out, mean, invstd, new_mean, new_var))
+        # the saved statistics the backward reads are values of their own, taken out of the op at no cost
+        parts = [p for p in joint.producers if p.output_of == n.id]
+        assert sorted(nodes[p.name].memory for p in parts) == sorted(t.untyped_storage().nbytes() for t in (mean, invstd))
+        assert all(nodes[p.name].cost == 0 and nodes[p.name].deps == (graph.index[n.id],) for p in parts)
+    # the new running statistics are outputs of the step: their readers do not keep the op alive
+    assert joint.returned and all(joint.outputs[i] == name for name, i in joint.returned.items())
+    backward_norms = [p for p in joint.producers if p.op == "aten.native_batch_norm_backward.default"]
+    assert backward_norms and not any(set(p.deps) & {n.id for n in norms} for p in backward_norms)
+    assert joint.fixed["buffers"] == sum(b.numel() * b.element_size() for b in model.buffers())
 
 
-def test_dropout_is_one_node_with_its_mask_and_marked_random():
+def test_dropout_keeps_its_mask_apart_when_its_output_is_not_needed_later():
     model, inputs, loss_fn = _made("gpt")
-    graph = export_graph(model, inputs, loss_fn=loss_fn)
+    joint, graph = capture(model, inputs, loss_fn=loss_fn)
+    nodes = {n.id: n for n in graph.nodes}
     drops = [n for n in graph.nodes if n.meta["op"] == "aten.native_dropout.default"]
     assert drops and all(n.meta.get("rng") for n in drops)
     assert not any(n.meta.get("rng") for n in graph.nodes if n not in drops)
-    for n in drops:
-        assert n.memory > 0 and n.memory % 5 == 0  # float32 output + bool mask: 4 + 1 bytes an element
+    assert all(n.memory % 5 == 0 for n in drops)  # float32 output + bool mask: 4 + 1 bytes an element
+    masks = [p for p in joint.producers if p.op == "aten.native_dropout.default[1]"]
+    # the residual dropouts feed an addition, whose backward needs neither input: only their masks
+    # outlive them; the others feed a matmul or a norm, which read the output in the backward
+    assert 0 < len(masks) < len(drops)
+    assert all(nodes[m.output_of].memory == 5 * m.memory for m in masks)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -98,6 +128,34 @@ def test_kind_comes_from_the_structure(name):
     for node in graph.nodes:
         if node.kind == "forward":
             assert not any(backward[u] for u in node.deps), node.id
+
+
+class _Library(nn.Module):
+    """What library models do: keyword inputs, a tensor constant, logging, a dict of outputs, an in-place op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.log = logging.getLogger("remat.tests.library")
+
+    def forward(self, x, *, scale, labels=None):
+        self.log.warning("tracing: %s", x.shape)
+        h = self.lin(x) * torch.tensor([0.5, 2.0]).repeat(4) * scale
+        h.relu_()
+        out = {"hidden": h, "pair": (h.sum(-1), h.mean())}
+        if labels is not None:
+            out["loss"] = (h - labels).pow(2).mean()
+        return out
+
+
+def test_keyword_inputs_constants_logging_and_any_outputs_are_captured():
+    model = _Library()
+    batch = {"x": torch.randn(3, 8), "scale": torch.tensor(3.0), "labels": torch.randn(3, 8)}
+    joint, graph = capture(model, batch)
+    assert joint.fixed["constants"] == 2 * 4
+    assert joint.fixed["inputs"] == (3 * 8 + 1 + 3 * 8) * 4
+    assert len(joint.tangents) == 4  # hidden, the pair and the loss all carry gradients
+    assert graph.size > 0
 
 
 class _Branches(nn.Module):
@@ -118,30 +176,50 @@ class _Gathers(_Branches):
         return h[torch.nonzero(h > 0, as_tuple=True)].sum()
 
 
-class _NoLoss(_Branches):
+class _Reads(_Branches):
     def forward(self, x):
-        return self.lin(x)
+        h = self.lin(x)
+        return h.mean() * h.max().item()
+
+
+def test_a_scalar_read_with_item_stays_in_the_graph():
+    torch.manual_seed(0)
+    model, x = _Reads(), torch.randn(3, 4)
+    rm = rematerialize(model, (x,), activation_budget=1.0, strategy="checkpoint-all")
+    loss = rm(x)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected = _Reads.forward(model, x)
+    expected.backward()
+    assert torch.equal(loss, expected)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("model,words", [
-    (_Branches(), "control flow depends on tensor values"),
-    (_Gathers(), "output shape depends on tensor values"),
-    (_NoLoss(), "scalar loss"),
-    (nn.Linear(4, 4).requires_grad_(False), "does not depend on any parameter"),
+    (_Branches(), r"stops at .*test_torch_capture.py:\d+, in forward: `if h.sum\(\) > 0:` .*decides on a tensor's "),
+    (_Gathers(), r"nonzero.* \(File .*test_torch_capture.py\", line \d+, in forward: `.*nonzero.*`\) makes a tensor "
+                 r"whose size depends on tensor values.*Use fixed-size masks"),
 ])
-def test_models_that_cannot_be_captured_get_a_clear_error(model, words):
-    loss_fn = (lambda m, x: m(x).sum()) if isinstance(model, nn.Linear) else None
+def test_graph_breaks_are_named_with_where_they_are(model, words):
     with pytest.raises(CaptureError, match=words):
-        rematerialize(model, (torch.randn(3, 4),), budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn)
+        rematerialize(model, (torch.randn(3, 4),), activation_budget=1.0, strategy="checkpoint-all")
+
+
+def test_a_step_without_a_backward_says_so():
+    frozen = nn.Linear(4, 4).requires_grad_(False)
+    with pytest.raises(CaptureError, match="no backward pass"):
+        rematerialize(frozen, (torch.randn(3, 4),), activation_budget=1.0, loss_fn=lambda m, x: m(x).sum())
 
 
 def test_plans_that_do_not_fit_or_do_not_simulate_are_refused():
     model, inputs, loss_fn = _made("mlp")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
-    with pytest.raises(PlanRejected, match="infeasible"):
+    with pytest.raises(PlanRejected, match=r"smallest budget a plan reached on this graph is .* \(checkpoint-last\); "
+                                           r"no plan can go below"):
         rematerialize(model, inputs, budget=graph.min_feasible_budget - 1, strategy="checkpoint-all",
                       loss_fn=loss_fn)
-    fits = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn).result
+    fits = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn).result
     with pytest.raises(PlanRejected, match="over the budget"):
         rematerialize(model, inputs, budget=graph.checkpoint_all_peak - 1, loss_fn=loss_fn, result=fits)
     broken = {**fits, "plan": fits["plan"][1:]}
@@ -149,18 +227,28 @@ def test_plans_that_do_not_fit_or_do_not_simulate_are_refused():
         rematerialize(model, inputs, loss_fn=loss_fn, result=broken)
 
 
-def test_calls_outside_the_captured_step_run_eagerly_and_other_shapes_are_refused():
-    model, (x, y), loss_fn = _made("mlp")
-    rm = rematerialize(model, (x, y), budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn)
-    with torch.no_grad():
-        assert torch.equal(rm(x, y), loss_fn(model, x, y))
-    model.layers[0].eval()
-    assert rm(x, y).grad_fn.name() != "CompiledFunctionBackward"
-    model.train()
-    assert rm(x, y).grad_fn.name() == "CompiledFunctionBackward"
-    with pytest.raises(CaptureError, match="call rematerialize again"):
-        rm(x[:3], y[:3])
-    assert list(rm.parameters()) == list(model.parameters())
+def test_a_budget_the_strategy_misses_gets_the_plan_of_the_leanest_baseline():
+    model, inputs, loss_fn = _made("resnet")
+    graph = export_graph(model, inputs, loss_fn=loss_fn)
+    leanest = rematerialize(model, inputs, budget=graph.checkpoint_all_peak, loss_fn=loss_fn,
+                            strategy="checkpoint-last")
+    budget = leanest.simulation.peak_memory  # checkpoint-all does not fit this; checkpoint-last does
+    rm = rematerialize(model, inputs, budget=budget, loss_fn=loss_fn, strategy="checkpoint-all")
+    assert rm.result["strategy"] == "checkpoint-last" and rm.simulation.peak_memory <= budget
+    assert "checkpoint-all found no plan within the budget" in " ".join(rm.result["log"])
+
+
+def test_budgets_are_bytes_or_a_fraction_of_the_activation_memory():
+    model, inputs, loss_fn = _made("mlp")
+    with pytest.raises(Exception, match="exactly one of budget="):
+        rematerialize(model, inputs, loss_fn=loss_fn)
+    with pytest.raises(Exception, match=r"activation_budget must be a fraction in \(0, 1\]"):
+        rematerialize(model, inputs, activation_budget=1.5, loss_fn=loss_fn)
+    half = rematerialize(model, inputs, activation_budget=0.5, loss_fn=loss_fn, time_limit_s=20)
+    planned = half.plans[0]
+    activation = planned.graph.checkpoint_all_peak - planned.joint.resident_memory
+    assert planned.budget == planned.joint.resident_memory + -(-activation // 2)
+    assert planned.simulation.peak_memory <= planned.budget
 
 
 def test_cli_profile_writes_the_graph(tmp_path, capsys):
@@ -179,8 +267,9 @@ def test_cli_profile_writes_the_graph(tmp_path, capsys):
 def test_a_graph_exported_earlier_is_reused_only_for_the_same_step():
     model, inputs, loss_fn = _made("mlp")
     graph = export_graph(model, inputs, loss_fn=loss_fn, device="h100")
-    rm = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn, graph=graph)
+    rm = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn, graph=graph)
     assert rm.graph.sha256 == graph.sha256 and rm.graph.cost_unit == "seconds (flops, h100)"
     wider, wider_inputs, _ = MODELS["mlp"](width=96)
     with pytest.raises(CaptureError, match="no longer exports the graph"):
-        rematerialize(wider, wider_inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn, graph=graph)
+        rematerialize(wider, wider_inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
+                      graph=graph)

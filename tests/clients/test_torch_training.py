@@ -1,5 +1,6 @@
 """Training with rematerialize(): same losses, gradients and buffers as the unpatched model, and the
-memory the plan promises, on five real models and plans from several strategies and budgets."""
+memory the plan promises, on five real models and plans from several strategies and budgets; the
+training loop as people write it (loss outside, new shapes, evaluation), the plan cache, state dicts."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.nn.functional as F  # noqa: E402
 from torch_models import MODELS  # noqa: E402
 
-from remat.clients.torch import activation_peak, export_graph, rematerialize  # noqa: E402
+from remat.clients.torch import PlanCache, activation_peak, export_graph, rematerialize  # noqa: E402
 from remat.schedules import (  # noqa: E402
     Graph,
     Plan,
@@ -29,7 +31,7 @@ STEPS = 3
 #: and with rematerialization, under two baselines and the MILP (on a graph it solves in seconds).
 PLANS = [(name, "checkpoint-all", 1.0) for name in MODELS] + [
     ("mlp", "ap-greedy", 0.7), ("resnet", "linearized-greedy", 0.6), ("unet", "ap-greedy", 0.7),
-    ("gpt", "linearized-greedy", 0.5), ("lstm", "linearized-greedy", 0.7),
+    ("gpt", "linearized-greedy", 0.55), ("lstm", "linearized-greedy", 0.7),
 ]
 if "checkmate" in STRATEGIES:
     PLANS.append(("resnet", "checkmate", 0.7))
@@ -98,13 +100,12 @@ def test_training_follows_the_plan(name, strategy, ratio):
 
     peaks = _train_side_by_side(model, ref, rm, inputs, loss_fn)
 
-    simulated = rm.simulation.peak_memory - graph.fixed_memory
-    # What the step holds besides what the tracker counts: state and inputs, and the gradients,
-    # which the tracker leaves out and the graph counts as resident throughout.
-    resident = sum(rm.fixed[k] for k in ("parameters", "buffers", "inputs", "gradients"))
+    # The tracker counts what the step allocates; the plan adds what is resident anyway (state, inputs,
+    # and the gradients, which the tracker leaves out and the graph counts as resident throughout).
+    # Its other fixed memory (saved random states, outputs and their gradients) is counted whole.
+    planned = rm.plans[0].simulation.peak_memory - rm.plans[0].joint.resident_memory
     for peak in peaks:
-        assert abs(peak - simulated) <= 0.05 * simulated, (peak, simulated)
-        assert resident + peak <= budget
+        assert 0.92 * planned <= peak <= planned, (peak, planned)
 
 
 def _forced_dropout_replay(graph: Graph) -> dict:
@@ -129,7 +130,7 @@ def test_two_plans_with_dropout_give_the_same_gradients():
         if result == "eager":
             loss_fn(model, *inputs).backward()
         else:
-            rm = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
+            rm = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
                                result=result)
             torch.manual_seed(7)
             rm(*inputs).backward()
@@ -142,11 +143,79 @@ def test_two_plans_with_dropout_give_the_same_gradients():
 
 def test_batch_norm_statistics_update_once_per_step():
     model, inputs, loss_fn = _model("resnet")
-    rm = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn)
+    rm = rematerialize(model, inputs, activation_budget=0.6, loss_fn=loss_fn, strategy="linearized-greedy")
+    assert rm.simulation.recomputations > 0
     for _ in range(3):
         rm(*inputs).backward()
     tracked = {name: int(b) for name, b in model.named_buffers() if name.endswith("num_batches_tracked")}
     assert tracked and set(tracked.values()) == {3}
+
+
+def test_the_loop_as_people_write_it_loss_outside_new_shapes_and_evaluation():
+    model, (idx, targets), _ = _model("gpt")
+    ref = copy.deepcopy(model)
+    rm = rematerialize(model, idx, activation_budget=0.6, strategy="linearized-greedy")
+    assert len(rm.plans) == 1 and rm.plans[0].source == "solved"
+
+    def natural(m, x, y):
+        logits = m(x)                                   # non-scalar output, loss computed outside
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        loss.backward()
+        return loss
+
+    for batch in (slice(None), slice(0, 2)):            # a smaller last batch is planned, not refused
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        torch.manual_seed(3)
+        loss = natural(rm, idx[batch], targets[batch])
+        torch.manual_seed(3)
+        expected = natural(ref, idx[batch], targets[batch])
+        assert torch.equal(loss, expected)
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    assert len(rm.plans) == 2 and rm.plans[1].graph.sha256 != rm.plans[0].graph.sha256
+
+    model.eval()
+    ref.eval()
+    with torch.no_grad():
+        assert torch.equal(rm(idx), ref(idx))
+    assert len(rm.plans) == 2  # evaluation has no backward to plan
+
+
+def test_a_script_run_again_takes_its_plans_from_the_cache(tmp_path):
+    cache = PlanCache(tmp_path / "plans")
+    model, inputs, loss_fn = _model("mlp")
+    first = rematerialize(model, inputs, activation_budget=0.7, loss_fn=loss_fn, cache=cache, time_limit_s=10)
+    again = rematerialize(copy.deepcopy(model), inputs, activation_budget=0.7, loss_fn=loss_fn, cache=cache,
+                          time_limit_s=10)
+    assert first.plans[0].source == "solved" and again.plans[0].source == "cache"
+    assert again.result == first.result and len(list((tmp_path / "plans").glob("*.json"))) == 1
+    other = rematerialize(model, inputs, activation_budget=0.8, loss_fn=loss_fn, cache=cache, time_limit_s=10)
+    assert other.plans[0].source == "solved"  # another budget is another plan
+
+
+def test_plan_cache_is_bounded_and_survives_damaged_files(tmp_path):
+    cache = PlanCache(tmp_path, max_entries=3)
+    for k in range(5):
+        cache.put(f"k{k}", {"status": "feasible", "n": k})
+    assert sorted(p.stem for p in tmp_path.glob("*.json")) == ["k2", "k3", "k4"]
+    (tmp_path / "k3.json").write_text("{not json")
+    assert cache.get("k3") is None and not (tmp_path / "k3.json").exists()
+    assert cache.get("k4") == {"status": "feasible", "n": 4}
+    assert PlanCache.key("a" * 64, 10, "checkmate", {"time_limit_s": 5}) != PlanCache.key("a" * 64, 11, "checkmate",
+                                                                                          {"time_limit_s": 5})
+
+
+def test_state_dict_of_the_module_loads_into_the_model_as_it_is():
+    model, inputs, loss_fn = _model("resnet")
+    rm = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn)
+    rm(*inputs).backward()
+    fresh, _, _ = MODELS["resnet"]()
+    fresh.load_state_dict(rm.state_dict())
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    rm.load_state_dict(MODELS["resnet"]()[0].state_dict())
+    assert list(rm.parameters()) == list(model.parameters())
 
 
 def test_plans_come_from_a_remat_service_too(tmp_path):
@@ -159,9 +228,10 @@ def test_plans_come_from_a_remat_service_too(tmp_path):
         budget = _budget(graph, 0.7)
         model, inputs, loss_fn = _model("unet")
         ref = copy.deepcopy(model)
-        rm = rematerialize(model, inputs, budget=budget, strategy="ap-greedy", server=url, loss_fn=loss_fn)
+        rm = rematerialize(model, inputs, budget=budget, strategy="ap-greedy", server=url, loss_fn=loss_fn,
+                           cache=False, time_limit_s=30)
     finally:
         procs.stop_all()
-    local = rematerialize(ref, inputs, budget=budget, strategy="ap-greedy", loss_fn=loss_fn)
+    local = rematerialize(ref, inputs, budget=budget, strategy="ap-greedy", loss_fn=loss_fn, cache=False)
     assert rm.result["plan"] == local.result["plan"] and rm.simulation.peak_memory <= budget
     _train_side_by_side(model, copy.deepcopy(ref), rm, inputs, loss_fn)
