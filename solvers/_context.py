@@ -84,7 +84,7 @@ class Convergence:
     tolerance: float = 0.0025
 
     def reached(self, trail: Sequence[tuple[float, float]], now: float) -> bool:
-        """Whether ``trail``, the (elapsed seconds, best cost) of every improvement in order, has converged at ``now``."""
+        """Whether ``trail`` (elapsed seconds, best cost at every improvement, in order) has converged at ``now``."""
         since = now - self.window_s
         if not trail or trail[0][0] > since:
             return False

@@ -94,7 +94,7 @@ class RematModule(nn.Module):
         outputs, tangents, and bounds on saved random states and input copies)."""
         return self.backend.planned[-1].joint.fixed
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """The model's own state dict (its keys, no prefix): it loads into the model as it is."""
         return self.model.state_dict(*args, **kwargs)
 

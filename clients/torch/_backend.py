@@ -98,7 +98,8 @@ class RematBackend:
             # caches, which would key compiled graphs without their plan
             with config.patch(custom_partitioner_fn=_inductor_partitioner(partition), fallback_random=True,
                               fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
-                return compile_fx(gm, example_inputs)
+                compiled: Callable[..., Any] = compile_fx(gm, example_inputs)  # type: ignore[assignment]
+                return compiled
         from torch._dynamo.backends.common import aot_autograd
 
         return aot_autograd(fw_compiler=boxed_compiler, bw_compiler=boxed_compiler, partition_fn=partition)(

@@ -2,7 +2,9 @@
 
 On the CPU, :class:`LiveBytes` counts the bytes of every storage created while it is active and
 reads the total right after each op, the simulator's rule, so a plan's simulated peak can be
-checked to the byte. On CUDA, the allocator's peak is used (it adds rounding and workspaces).
+checked to the byte; buffers that Inductor-compiled code allocates are counted too (their
+allocator is routed through the dispatcher while the mode is active). On CUDA, the allocator's
+peak is used (it adds rounding and workspaces).
 Times are medians of repeated runs: CUDA events on a GPU, the wall clock or the process's CPU
 time on the CPU.
 """
@@ -58,6 +60,16 @@ class LiveBytes(TorchDispatchMode):
         self._live: dict[int, _Allocation] = {}
         self._refs: list[weakref.ref[Any]] = []
 
+    def __enter__(self) -> LiveBytes:
+        self._inductor = _InductorBuffers()
+        self._inductor.__enter__()
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self._inductor.__exit__(*exc)
+
     @classmethod
     def ignore_compile_internals(cls) -> bool:
         """Let torch.compile trace through while the mode is active (it counts the compiled code's storages)."""
@@ -106,6 +118,28 @@ class LiveBytes(TorchDispatchMode):
             excluded += delta[k]
             peak = max(peak, total - excluded)
         return peak
+
+
+class _InductorBuffers:
+    """While active, the CPU buffers of Inductor-compiled code are made with ``torch.empty_strided``,
+    which the dispatcher (and so a TorchDispatchMode) sees; Inductor's own allocator bypasses it."""
+
+    def __enter__(self) -> None:
+        import sys
+
+        codecache = sys.modules.get("torch._inductor.codecache")
+        modules = list(codecache.PyCodeCache.modules) if codecache is not None else []
+        self._patched = [(m, m.empty_strided_cpu) for m in modules if hasattr(m, "empty_strided_cpu")]
+        for m, _ in self._patched:
+            m.empty_strided_cpu = _empty_strided_cpu
+
+    def __exit__(self, *exc: Any) -> None:
+        for m, original in self._patched:
+            m.empty_strided_cpu = original
+
+
+def _empty_strided_cpu(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
 
 
 def activation_peak(step: Callable[[], Any], parameters: Iterable[torch.Tensor]) -> int:

@@ -112,7 +112,8 @@ class Planner:
             return dict(self.given), "given"
         key = PlanCache.key(graph.sha256, budget, self.strategy, self.options)
         cached = self.cache.get(key) if self.cache is not None else None
-        if cached is not None and cached.get("status") in FITTING_STATUSES and cached.get("graph_sha256") == graph.sha256:
+        if cached is not None and cached.get("status") in FITTING_STATUSES \
+                and cached.get("graph_sha256") == graph.sha256:
             return cached, "cache"
         result = self._solve(graph, budget, what)
         if result.get("status") not in FITTING_STATUSES:
@@ -188,7 +189,8 @@ def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointG
         return f"{format_size(total)}, activation_budget={activation_ratio(total, graph, joint):.3f}"
 
     log = ((result.get("log") or [""])[-1])[:300]
-    text = f"Strategy {result.get('strategy')!r} returned status {result.get('status')!r} for a budget of {size(budget)}."
+    text = (f"Strategy {result.get('strategy')!r} returned status {result.get('status')!r} for a budget of "
+            f"{size(budget)}.")
     smallest = result.get("smallest_peak")
     if smallest:
         peak, strategy = smallest

@@ -94,7 +94,8 @@ def test_each_output_of_a_multi_output_op_has_its_own_lifetime():
         assert n.memory == sum(t.untyped_storage().nbytes() for t in (out, mean, invstd, new_mean, new_var))
         # the saved statistics the backward reads are values of their own, taken out of the op at no cost
         parts = [p for p in joint.producers if p.output_of == n.id]
-        assert sorted(nodes[p.name].memory for p in parts) == sorted(t.untyped_storage().nbytes() for t in (mean, invstd))
+        sizes = sorted(t.untyped_storage().nbytes() for t in (mean, invstd))
+        assert sorted(nodes[p.name].memory for p in parts) == sizes
         assert all(nodes[p.name].cost == 0 and nodes[p.name].deps == (graph.index[n.id],) for p in parts)
     # the new running statistics are outputs of the step: their readers do not keep the op alive
     assert joint.returned and all(joint.outputs[i] == name for name, i in joint.returned.items())

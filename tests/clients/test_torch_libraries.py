@@ -1,0 +1,159 @@
+"""Models as they come from transformers and diffusers (built from their configs, random weights, no
+downloads), trained with the loop their users write: default attention (SDPA), a padding mask,
+caches on, ``loss = model(**batch).loss`` or a loss computed outside; through rematerialize() and
+through torch.compile with remat's backend, run op for op or compiled by Inductor."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections import Counter
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+diffusers = pytest.importorskip("diffusers")
+
+import torch.nn.functional as F  # noqa: E402
+
+from remat.clients.torch import activation_peak, backend, rematerialize  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+VOCAB = 128
+
+
+def _text_model(name: str) -> torch.nn.Module:
+    """A small model of the family from its config, in training mode; everything else at its default."""
+    torch.manual_seed(0)
+    if name == "gpt2":
+        config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=64)
+        model = transformers.GPT2LMHeadModel(config)
+    elif name == "llama":
+        config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
+        model = transformers.LlamaForCausalLM(config)
+    else:
+        config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                         num_attention_heads=4, vocab_size=VOCAB)
+        model = transformers.BertForMaskedLM(config)
+    assert model.config._attn_implementation == "sdpa"
+    return model.train()
+
+
+def _batch(batch: int = 2, length: int = 32) -> dict[str, torch.Tensor]:
+    """Token ids with a padding mask (the second sequence padded) and labels, as a tokenizer and collator give."""
+    ids = torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1:, length * 2 // 3:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
+
+
+def _step(model, batch) -> torch.Tensor:
+    loss = model(**batch).loss
+    loss.backward()
+    return loss
+
+
+def _check_equal_training(model, ref, run, steps: int = 2) -> None:
+    """``steps`` optimizer steps of ``run(model)`` and ``run(ref)`` from the same seed: same losses and gradients."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        opt_ref.zero_grad(set_to_none=True)
+        torch.manual_seed(step)
+        loss = run(model)
+        torch.manual_seed(step)
+        expected = run(ref)
+        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=f"gradient of {name}")
+        opt.step()
+        opt_ref.step()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_a_text_model_trains_with_its_loop_unchanged_within_the_budget(name):
+    model = _text_model(name)
+    assert model.config.use_cache is not False
+    ref = copy.deepcopy(model)
+    batch = _batch()
+    rm = rematerialize(model, batch, activation_budget=0.5)
+    planned = rm.plans[0]
+    assert planned.simulation.recomputations > 0 and planned.simulation.peak_memory <= planned.budget
+
+    _check_equal_training(rm, ref, lambda m: _step(m, batch))
+
+    model.zero_grad(set_to_none=True)
+    peak = activation_peak(lambda: _step(rm, batch), model.parameters())
+    assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory <= planned.budget
+
+
+def test_a_diffusion_unet_trains_with_its_loss_computed_outside():
+    torch.manual_seed(0)
+    unet = diffusers.UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
+        norm_num_groups=8, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16, attention_head_dim=4).train()
+    ref = copy.deepcopy(unet)
+    latents, text = torch.randn(2, 4, 8, 8), torch.randn(2, 5, 16)
+    timesteps, noise = torch.tensor([3, 700]), torch.randn(2, 4, 8, 8)
+    rm = rematerialize(unet, (latents, timesteps, text), activation_budget=0.5)
+    assert rm.simulation.recomputations > 0
+
+    def run(m):
+        loss = F.mse_loss(m(latents, timesteps, text).sample, noise)
+        loss.backward()
+        return loss
+
+    _check_equal_training(rm, ref, run)
+    unet.zero_grad(set_to_none=True)
+    peak = activation_peak(lambda: run(rm), unet.parameters())
+    assert rm.plans[0].joint.resident_memory + peak <= rm.simulation.peak_memory <= rm.plans[0].budget
+
+
+def test_torch_compile_with_the_remat_backend_plans_each_shape():
+    model = _text_model("llama")
+    ref = copy.deepcopy(model)
+    remat = backend(activation_budget=0.5)
+    compiled = torch.compile(model, backend=remat, fullgraph=True, dynamic=False)
+    _check_equal_training(compiled, ref, lambda m: _step(m, _batch()), steps=1)
+    _check_equal_training(compiled, ref, lambda m: _step(m, _batch(length=24)), steps=1)
+    assert len(remat.planned) == 2
+    assert [p.graph.sha256 for p in remat.planned][0] != remat.planned[1].graph.sha256
+    assert all(p.simulation.peak_memory <= p.budget for p in remat.planned)
+
+
+def test_inductor_keeps_the_plans_recomputations():
+    from torch._inductor.utils import run_and_get_code
+
+    model = _text_model("gpt2")
+    ref = copy.deepcopy(model)
+    batch = _batch()
+
+    def plan_and_step():
+        rm = rematerialize(model, batch, activation_budget=0.5, compiler="inductor")
+        torch.manual_seed(0)
+        return rm, _step(rm, batch)
+
+    (rm, loss), code = run_and_get_code(plan_and_step)
+    torch.manual_seed(0)
+    expected = _step(ref, batch)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+    planned = rm.plans[0]
+    computes = Counter(planned.graph.nodes[v].meta["op"] for op, v in planned.plan.steps if op == "compute")
+    matmuls = sum(n for op, n in computes.items() if op in ("aten.mm.default", "aten.addmm.default"))
+    batched = computes["aten.bmm.default"]
+    assert planned.simulation.recomputations > 0 and len(planned.graph.nodes) < sum(computes.values())
+    kernels = "\n".join(code)
+    assert len(re.findall(r"extern_kernels\.(?:mm|addmm)\(", kernels)) == matmuls
+    assert len(re.findall(r"extern_kernels\.bmm\(", kernels)) == batched
+
+    model.zero_grad(set_to_none=True)
+    peak = activation_peak(lambda: _step(rm, batch), model.parameters())
+    assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory
