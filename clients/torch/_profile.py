@@ -1,9 +1,10 @@
 """``remat profile MODULE:FACTORY``: capture a model's training step and write its remat.graph/v1.
 
 The factory contract: ``FACTORY()``, or ``FACTORY(batch_size=N)`` when ``--batch-size`` is given,
-returns ``(model, example_inputs)`` when the model returns its loss, or ``(model, example_inputs,
-loss_fn)`` with ``loss_fn(model, *example_inputs) -> loss``. ``example_inputs`` is a tensor or a
-tuple of tensors. MODULE is an importable module name or a path to a ``.py`` file.
+returns ``(model, example_inputs)``, or ``(model, example_inputs, loss_fn)`` with
+``loss_fn(model, *example_inputs) -> loss``. ``example_inputs`` is what the model takes: a tensor,
+a tuple of arguments or a dict of keyword arguments. MODULE is an importable module name or a path
+to a ``.py`` file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +77,11 @@ def _import(name: str) -> Any:
         raise InvalidRequest(f"Cannot import {name!r}: {e}.", field="factory") from None
 
 
-def _unpack(made: Any, spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], Any]:
+def _unpack(made: Any, spec: str) -> tuple[torch.nn.Module, Any, Any]:
     if not isinstance(made, tuple) or len(made) not in (2, 3) or not isinstance(made[0], torch.nn.Module):
         raise InvalidRequest(f"{spec} must return (model, example_inputs) or (model, example_inputs, loss_fn).",
                              field="factory")
-    inputs = made[1]
-    if isinstance(inputs, torch.Tensor):
-        inputs = (inputs,)
-    elif not isinstance(inputs, (tuple, list)):
-        raise InvalidRequest(f"{spec} must return example inputs as a tensor or a tuple of them, got "
-                             f"{type(inputs).__name__}.", field="factory")
-    return made[0], tuple(inputs), made[2] if len(made) == 3 else None
+    if not isinstance(made[1], (torch.Tensor, tuple, list, Mapping)):
+        raise InvalidRequest(f"{spec} must return example inputs as a tensor, a tuple of arguments or a dict of "
+                             f"keyword arguments, got {type(made[1]).__name__}.", field="factory")
+    return made[0], made[1], made[2] if len(made) == 3 else None

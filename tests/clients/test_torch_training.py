@@ -235,3 +235,44 @@ def test_plans_come_from_a_remat_service_too(tmp_path):
     local = rematerialize(ref, inputs, budget=budget, strategy="ap-greedy", loss_fn=loss_fn, cache=False)
     assert rm.result["plan"] == local.result["plan"] and rm.simulation.peak_memory <= budget
     _train_side_by_side(model, copy.deepcopy(ref), rm, inputs, loss_fn)
+
+
+class _TwoGraphs(torch.nn.Module):
+    """A step that torch.compile splits in two graphs (without fullgraph=True)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(32, 32)
+        self.second = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = torch.tanh(self.first(x))
+        torch._dynamo.graph_break()
+        return torch.tanh(self.second(h)).pow(2).mean()
+
+
+def test_graphs_of_one_step_share_a_byte_budget_in_the_order_they_run():
+    from remat.clients.torch import backend
+
+    torch.manual_seed(0)
+    model, x = _TwoGraphs(), torch.randn(64, 32)
+    ref = copy.deepcopy(model)
+    budget = 10 * 2**20
+    remat = backend(budget=budget, strategy="checkpoint-all")
+    compiled = torch.compile(model, backend=remat, dynamic=False)
+    compiled(x).backward()
+    ref(x).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+
+    first, second = remat.planned
+    steps = [(op, first.graph.nodes[v].id) for op, v in first.plan.steps]
+    from remat.clients.torch._lower import split_point
+
+    held = int(first.simulation.timeline[split_point(first.joint, steps) - 1])
+    assert first.budget == budget and second.budget == budget - held
+    # the first graph holds its state and its output (the second graph's input) across the second
+    assert held >= first.graph.fixed_memory and first.joint.fixed["outputs"] == 64 * 32 * 4
+
+    with pytest.raises(Exception, match=r"cannot be captured as one graph: torch.compile stops at .*graph_break"):
+        rematerialize(_TwoGraphs(), (x,), activation_budget=1.0)

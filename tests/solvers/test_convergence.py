@@ -1,0 +1,38 @@
+"""Convergence: a solve whose best plan stopped improving stops before its time limit, as feasible."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from factories import benchmark_graph
+
+from remat.solvers import Convergence, ResultStatus, solve
+
+
+def test_the_rule_looks_at_the_improvement_over_its_window() -> None:
+    rule = Convergence(window_s=2.0, tolerance=0.01)
+    assert not rule.reached([], now=10.0)                       # no plan yet
+    assert not rule.reached([(9.0, 100.0)], now=10.0)           # the first plan is younger than the window
+    assert rule.reached([(1.0, 100.0), (7.5, 99.5)], now=10.0)  # 0.5 % in the last 2 s
+    assert not rule.reached([(1.0, 100.0), (8.5, 98.0)], now=10.0)
+    assert rule.reached([(1.0, 100.0), (5.0, 90.0)], now=10.0)  # 10 % better, but long ago
+
+
+def test_a_converged_solve_stops_early_and_is_not_a_cancel() -> None:
+    graph = benchmark_graph("rl500")
+    started = time.monotonic()
+    result = solve(graph, budget_ratio=0.8, time_limit_s=60, convergence=Convergence(window_s=1.0, tolerance=0.05))
+    elapsed = time.monotonic() - started
+    assert result.status is ResultStatus.FEASIBLE and result.fits
+    assert elapsed < 30
+    assert "stopped when converged" in result.log[-1]
+
+
+def test_a_cancel_during_a_converging_solve_is_still_a_cancel() -> None:
+    graph = benchmark_graph("rl500")
+    stop = threading.Event()
+    threading.Timer(1.5, stop.set).start()
+    result = solve(graph, budget_ratio=0.8, time_limit_s=60, stop_event=stop,
+                   convergence=Convergence(window_s=30.0, tolerance=0.0))
+    assert result.status is ResultStatus.CANCELLED
