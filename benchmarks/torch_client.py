@@ -1,24 +1,31 @@
-"""remat against torch.utils.checkpoint and torch.compile's activation budget, on five real models.
+"""remat against what PyTorch users have, on the models they train, side by side in one run.
 
-Per model, side by side in one run: the unpatched step; torch.utils.checkpoint over groups of
-blocks; torch.compile (Inductor) with ``torch._functorch.config.activation_memory_budget`` swept;
-and remat.clients.torch.rematerialize at budgets given as fractions of the unpatched activation
-peak. Each row gives the activation peak (bytes a step holds on top of parameters, buffers and
-inputs, gradients left out) and the step time as a ratio to the unpatched step.
+Per model: the eager step as people write it; the framework's own checkpointing (transformers'
+``activation_checkpointing_enable``, every layer or every other, diffusers' ``enable_gradient_checkpointing``, or
+``torch.utils.checkpoint`` per block for the models of tests/torch_models.py); torch's selective
+activation checkpointing saving every matmul (through the framework's checkpointing); torch.compile
+(Inductor) with ``activation_memory_budget`` swept; and ``rematerialize()`` with eager kernels and
+with Inductor, at the memory each of those reaches and at 0.5 and 0.3 of the eager activation peak.
+Each row gives the activation peak (bytes a step holds besides parameters, buffers and inputs,
+gradients left out) and the step time as a ratio to eager. A second table gives the wall time of
+capture, plan and first step: ``rematerialize()`` with an empty plan cache and with a full one,
+against ``torch.compile(backend="aot_eager")``, which captures the same graph and plans nothing.
 
-On the CPU the peak is exact (:class:`remat.clients.torch.LiveBytes`, with Inductor's buffer
-allocator routed through it); on CUDA it is the allocator's peak above what was allocated before
-the step. Times are medians over rounds that run every variant once, in turn: CUDA events on a
-GPU; on the CPU, torch runs one intra-op thread and the step is timed by the CPU time the process
-spends, which the load of other processes on a shared machine does not inflate (the wall clock
-does, by several times). remat plans with costs measured the same way. glibc hands large freed
-blocks back to the kernel and page-faults them in again at the next allocation, a cost that grows
-with how often a step frees and allocates (PyTorch's CUDA allocator caches blocks instead); the
-script restarts itself with glibc's trim and mmap thresholds raised, so that the CPU heap keeps
-freed memory for every variant alike.
+On the CPU the peak is exact (:class:`remat.clients.torch.LiveBytes`, Inductor's buffers included);
+on CUDA it is the allocator's peak above what was allocated before the step. Times are medians over
+rounds that run every variant once, in turn: CUDA events on a GPU; on the CPU, torch runs one
+intra-op thread and a step is timed by the CPU time of the process, which the load of other
+processes on a shared machine does not inflate (the wall clock does, by several times). glibc
+hands large freed blocks back to the kernel and page-faults them in again at the next allocation,
+a cost that grows with how often a step frees and allocates (PyTorch's CUDA allocator caches blocks
+instead); the script restarts itself with glibc's trim and mmap thresholds raised, so that the CPU
+heap keeps freed memory for every variant alike. Logging inside a traced model is skipped for
+every compiled variant alike (transformers' models log from their loss, which would otherwise
+break torch.compile's graph).
 
-    python benchmarks/torch_client.py                          # all five models (long: compiles)
-    python benchmarks/torch_client.py --models gpt --budgets 0.5 --compile-budgets 1.0,0.5
+    python benchmarks/torch_client.py                              # the library models (long: compiles)
+    python benchmarks/torch_client.py --models gpt2 --rounds 3     # one model
+    python benchmarks/torch_client.py --models mlp,resnet,unet,gpt,lstm   # the test models
 """
 
 from __future__ import annotations
@@ -26,28 +33,43 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._functorch import config as functorch_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from torch_models import CHECKPOINT_SETTINGS, MODELS  # noqa: E402
+from torch_models import MODELS as TEST_MODELS  # noqa: E402
 
-from remat.clients.torch import PlanRejected, activation_peak, rematerialize, time_call  # noqa: E402
-from remat.schedules import RematError, format_size  # noqa: E402
-from remat.solvers import STRATEGIES, solve  # noqa: E402
+from remat.clients.torch import (  # noqa: E402
+    PlanCache,
+    PlanRejected,
+    activation_peak,
+    capture,
+    rematerialize,
+    time_call,
+)
+from remat.clients.torch._capture import tracing  # noqa: E402
+from remat.schedules import format_size  # noqa: E402
 
-#: Sizes at which activations dominate the step's memory, and a CPU step takes well under a second.
-SIZES: dict[str, dict[str, int]] = {
+#: glibc settings under which the CPU heap caches freed blocks (see the module docstring).
+HEAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
+
+#: Sizes of the test models at which activations dominate the step's memory on a CPU.
+TEST_SIZES: dict[str, dict[str, int]] = {
     "mlp": {"batch_size": 1024, "width": 512, "depth": 12},
     "resnet": {"batch_size": 16, "width": 16, "blocks": 2, "image": 32},
     "unet": {"batch_size": 4, "width": 16, "levels": 3, "image": 64},
@@ -55,21 +77,29 @@ SIZES: dict[str, dict[str, int]] = {
     "lstm": {"batch_size": 64, "steps": 24, "features": 64, "hidden": 256},
 }
 
-#: glibc settings under which the CPU heap caches freed blocks (see the module docstring).
-HEAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
 
-BASELINES = ("ap-greedy", "linearized-greedy", "ap-sqrtn", "linearized-sqrtn", "chen-greedy", "griewank")
+@dataclass
+class Workload:
+    """A model as it comes, one batch, the training step people write, and the checkpointing it offers."""
+
+    name: str
+    sizes: str
+    make: Callable[[], nn.Module]
+    inputs: Any
+    loss: Callable[[nn.Module], torch.Tensor]
+    """The step up to its loss, as the user writes it, on this workload's batch."""
+    checkpointing: dict[str, Callable[[nn.Module], None]]
+    """The framework's own checkpointing options: a label and how to turn it on."""
 
 
 @dataclass
 class Variant:
-    """One way of running a model's training step."""
+    """One way of running a workload's training step."""
 
     name: str
-    model: torch.nn.Module
+    model: nn.Module
     step: Callable[[], Any]
     note: str = ""
-    inductor: bool = False
     peak: int = 0
     times: list[float] = field(default_factory=list)
 
@@ -81,16 +111,15 @@ class Variant:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: all five)")
-    parser.add_argument("--budgets", default="0.75,0.5,0.3",
-                        help="remat budgets, fractions of the unpatched activation peak")
+    parser.add_argument("--models", default="gpt2,llama,bert,sd-unet",
+                        help=f"comma-separated, of {', '.join([*LIBRARY, *TEST_SIZES])}")
+    parser.add_argument("--budgets", default="0.5,0.3", help="remat budgets, fractions of the eager activation peak")
     parser.add_argument("--compile-budgets", default="1.0,0.5,0.3",
                         help="values of activation_memory_budget for torch.compile ('' to skip)")
-    parser.add_argument("--strategy", default="auto",
-                        help="remat strategy; auto: checkmate if registered, else the best fitting baseline")
-    parser.add_argument("--cost-model", default="measured", help="remat cost model: measured or flops")
-    parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per remat solve")
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds (each runs every variant once)")
+    parser.add_argument("--inductor", default="checkpointing,0.5,0.3",
+                        help="remat with Inductor at: 'checkpointing' (the framework's memory) and fractions")
+    parser.add_argument("--cost-model", default="measured", help="remat's cost model: measured or flops")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (each runs every variant once)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -98,118 +127,194 @@ def main() -> None:
         if any(os.environ.get(k) != v for k, v in HEAP_ENV.items()):
             os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **HEAP_ENV})
         torch.set_num_threads(1)
-    budgets = [float(b) for b in args.budgets.split(",") if b]
-    compile_budgets = [float(b) for b in args.compile_budgets.split(",") if b]
     print(_header(device))
     for name in args.models.split(","):
-        _benchmark(name, device, budgets, compile_budgets, args)
+        _benchmark(_workload(name, device), device, args)
 
 
-def _benchmark(name: str, device: torch.device, budgets: list[float], compile_budgets: list[float],
-               args: argparse.Namespace) -> None:
+# -- workloads ----------------------------------------------------------------------------------------
+
+
+def _sac(model_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``model_fn`` with torch's selective activation checkpointing context: every matmul's output is saved."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    matmuls = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+               torch.ops.aten._scaled_dot_product_efficient_attention.default,
+               torch.ops.aten._scaled_dot_product_flash_attention.default, torch.ops.aten.convolution.default}
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        return CheckpointPolicy.MUST_SAVE if op in matmuls else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return model_fn(functools.partial(create_selective_checkpoint_contexts, policy))
+
+
+def _text(name: str, device: torch.device) -> Workload:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    vocab, batch, length = 8192, 4, 256
+    if name == "gpt2":
+        config: Any = transformers.GPT2Config(n_layer=6, n_embd=256, n_head=8, vocab_size=vocab, n_positions=length)
+        cls: Any = transformers.GPT2LMHeadModel
+    elif name == "llama":
+        config = transformers.LlamaConfig(num_hidden_layers=6, hidden_size=256, intermediate_size=688,
+                                          num_attention_heads=8, num_key_value_heads=4, vocab_size=vocab)
+        cls = transformers.LlamaForCausalLM
+    else:
+        config = transformers.BertConfig(num_hidden_layers=6, hidden_size=256, intermediate_size=1024,
+                                         num_attention_heads=8, vocab_size=vocab)
+        cls = transformers.BertForMaskedLM
+    ids = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1:, length * 3 // 4:] = 0
+    inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": ids.to(device)}
+
+    def enable(every: int = 1, **kwargs: Any) -> Callable[[nn.Module], None]:
+        return lambda m: m.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False, **kwargs}, every_n_layers=every)
+
+    return Workload(
+        name, f"{config.num_hidden_layers} layers, width {config.hidden_size}, vocab {vocab}, "
+              f"batch {batch} x {length} tokens, SDPA, padding mask, default cache setting",
+        lambda: cls(config).to(device).train(), inputs, lambda m: m(**inputs).loss,
+        {"activation_checkpointing_enable()": enable(),
+         "activation_checkpointing_enable(every_n_layers=2)": enable(2),
+         "selective checkpointing (save matmuls)": _sac(lambda context: enable(context_fn=context))})
+
+
+def _sd_unet(device: torch.device) -> Workload:
+    import diffusers
+    from torch.utils.checkpoint import checkpoint
+
+    def make() -> nn.Module:
+        return diffusers.UNet2DConditionModel(
+            sample_size=32, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(64, 128, 128),
+            norm_num_groups=16, cross_attention_dim=128, attention_head_dim=8,
+            down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D")).to(device).train()
+
+    g = torch.Generator().manual_seed(0)
+    latents, noise = (torch.randn(4, 4, 32, 32, generator=g).to(device) for _ in range(2))
+    text, steps = torch.randn(4, 16, 128, generator=g).to(device), torch.tensor([10, 200, 500, 900], device=device)
+
+    def sac(context: Any) -> Callable[[nn.Module], None]:
+        return lambda m: m.enable_gradient_checkpointing(
+            gradient_checkpointing_func=functools.partial(checkpoint, use_reentrant=False, context_fn=context))
+
+    return Workload(
+        "sd-unet", "UNet2DConditionModel, channels (64, 128, 128), 1 layer per block, batch 4 x 4 x 32 x 32, "
+                   "text 16 x 128", make, (latents, steps, text),
+        lambda m: F.mse_loss(m(latents, steps, text).sample, noise),
+        {"enable_gradient_checkpointing()": lambda m: m.enable_gradient_checkpointing(),
+         "selective checkpointing (save matmuls)": _sac(sac)})
+
+
+def _test_model(name: str, device: torch.device) -> Workload:
     torch.manual_seed(0)
-    base, inputs, loss_fn = MODELS[name](**SIZES[name])
-    base.to(device)
+    model, inputs, loss_fn = TEST_MODELS[name](**TEST_SIZES[name])
     inputs = tuple(x.to(device) for x in inputs)
 
-    def eager(model: torch.nn.Module) -> Callable[[], Any]:
-        return lambda: loss_fn(model, *inputs).backward()
+    def make() -> nn.Module:
+        return copy.deepcopy(model).to(device)
 
-    unpatched = _variant("unpatched", base, eager)
-    variants = [unpatched]
-    for every in CHECKPOINT_SETTINGS[name]:
-        variant = _variant(f"checkpoint every {every} block{'s' if every > 1 else ''}", base, eager)
-        variant.model.checkpoint_every = every
-        variants.append(variant)
-    for budget in compile_budgets:
-        variants.append(_compiled(base, inputs, loss_fn, budget))
-    for variant in variants:
-        _warm_up(variant)
-        variant.peak = _measure_peak(variant)
+    def every(k: int) -> Callable[[nn.Module], None]:
+        return lambda m: setattr(m, "checkpoint_every", k)
 
-    refused: list[str] = []
-    for ratio in budgets:
-        variant = _remat(base, inputs, loss_fn, ratio, unpatched.peak, args)
-        if isinstance(variant, str):
-            refused.append(variant)
-            continue
-        _warm_up(variant)
-        variant.peak = _measure_peak(variant)
-        variants.append(variant)
-    for _ in range(args.rounds):
-        for variant in variants:
-            variant.times.append(time_call(variant.run, device=device, repeats=1, warmup=0, cpu_time=True).median_s)
-    _table(name, variants, unpatched, budgets, refused)
+    return Workload(name, ", ".join(f"{k}={v}" for k, v in TEST_SIZES[name].items()), make, inputs,
+                    lambda m: loss_fn(m, *inputs), {"torch.utils.checkpoint per block": every(1)})
+
+
+LIBRARY: dict[str, Callable[[torch.device], Workload]] = {
+    "gpt2": functools.partial(_text, "gpt2"), "llama": functools.partial(_text, "llama"),
+    "bert": functools.partial(_text, "bert"), "sd-unet": _sd_unet,
+}
+
+
+def _workload(name: str, device: torch.device) -> Workload:
+    if name in LIBRARY:
+        return LIBRARY[name](device)
+    return _test_model(name, device)
 
 
 # -- variants -----------------------------------------------------------------------------------------
 
 
-def _variant(label: str, base: torch.nn.Module, make_step: Callable[[torch.nn.Module], Callable[[], Any]]) -> Variant:
+def _benchmark(work: Workload, device: torch.device, args: argparse.Namespace) -> None:
+    torch.manual_seed(0)
+    base = work.make()
+    eager = _variant("eager", base, work)
+    variants = [eager]
+    for label, enable in work.checkpointing.items():
+        variant = _variant(label, base, work)
+        enable(variant.model)
+        variants.append(variant)
+    for budget in [float(b) for b in args.compile_budgets.split(",") if b]:
+        variants.append(_compiled(base, work, budget))
+    for variant in variants:
+        _warm_up(variant)
+        variant.peak = _measure_peak(variant)
+
+    targets = {f"{r:g} of eager": r * eager.peak for r in [float(b) for b in args.budgets.split(",") if b]}
+    targets.update({f"as {v.name}": v.peak for v in variants[1:]})
+    inductor = {k for k in args.inductor.split(",") if k}
+    refused: list[str] = []
+    for label, peak in targets.items():
+        compilers = ["eager"]
+        if label in {f"{float(k):g} of eager" for k in inductor if k != "checkpointing"} or (
+                "checkpointing" in inductor and label.startswith("as ") and "torch.compile" not in label):
+            compilers.append("inductor")
+        for compiler in compilers:
+            variant = _remat(base, work, label, int(peak), compiler, args)
+            if isinstance(variant, str):
+                refused.append(variant)
+                continue
+            _warm_up(variant)
+            variant.peak = _measure_peak(variant)
+            variants.append(variant)
+    for _ in range(args.rounds):
+        for variant in variants:
+            variant.times.append(time_call(variant.run, device=device, repeats=1, warmup=0, cpu_time=True).median_s)
+    _table(work, variants, eager, refused)
+    _first_step_table(work, args)
+
+
+def _variant(label: str, base: nn.Module, work: Workload) -> Variant:
     model = copy.deepcopy(base)
-    return Variant(label, model, make_step(model))
+    return Variant(label, model, lambda: work.loss(model).backward())
 
 
-def _compiled(base: torch.nn.Module, inputs: tuple[torch.Tensor, ...], loss_fn: Callable[..., Any],
-              budget: float) -> Variant:
-    """torch.compile (Inductor) of the whole step up to the loss, compiled under ``activation_memory_budget``."""
+def _compiled(base: nn.Module, work: Workload, budget: float) -> Variant:
+    """torch.compile (Inductor) of the model, compiled under ``activation_memory_budget``."""
     model = copy.deepcopy(base)
-
-    def forward(*xs: torch.Tensor) -> torch.Tensor:
-        return loss_fn(model, *xs)
-
-    compiled = torch.compile(forward, fullgraph=True, dynamic=False)
+    compiled = torch.compile(model, fullgraph=True, dynamic=False)
 
     def step() -> None:
-        with torch._functorch.config.patch(activation_memory_budget=budget):
-            compiled(*inputs).backward()
+        with functorch_config.patch(activation_memory_budget=budget), tracing():
+            work.loss(compiled).backward()
 
-    return Variant(f"torch.compile, activation_memory_budget={budget}", model, step, inductor=True)
+    return Variant(f"torch.compile, activation_memory_budget={budget:g}", model, step)
 
 
-def _remat(base: torch.nn.Module, inputs: tuple[torch.Tensor, ...], loss_fn: Callable[..., Any], ratio: float,
-           unpatched_peak: int, args: argparse.Namespace) -> Variant | str:
-    """rematerialize() with ``ratio`` times the unpatched activation peak on top of what stays resident.
-
-    Returns the variant, or a table row saying why there is no plan.
-    """
+def _remat(base: nn.Module, work: Workload, label: str, peak: int, compiler: str,
+           args: argparse.Namespace) -> Variant | str:
+    """rematerialize() with ``peak`` activation bytes on top of what the step holds anyway; or why not."""
     model = copy.deepcopy(base)
-    profiled = rematerialize(model, inputs, budget_ratio=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
-                             cost_model=args.cost_model)
-    graph, fixed = profiled.graph, profiled.fixed
-    resident = sum(fixed[k] for k in ("parameters", "buffers", "inputs", "gradients"))
-    budget = resident + int(ratio * unpatched_peak)
-    strategy = _strategy(graph, budget, args)
-    result = solve(graph, budget=budget, strategy=strategy, time_limit_s=args.time_limit).to_json()
+    budget = capture(model, work.inputs)[0].resident_memory + peak
+    name = f"remat ({compiler}), {label}"
+    started = time.perf_counter()
     try:
-        rm = rematerialize(model, inputs, loss_fn=loss_fn, graph=graph, result=result)
-    except PlanRejected:
-        return (f"| remat, budget {ratio:g} of unpatched | no plan | | " + "| " * len(args.budgets.split(",")) +
-                f"| | {strategy}: {result['status']} after {result['solve_time_s']:.0f} s "
-                f"(smallest feasible activation budget {format_size(graph.min_feasible_budget - resident)}) |")
-    note = (f"{strategy}, {result['status']}, simulated overhead {result['overhead']:.3f}, simulated peak "
-            f"{format_size(rm.simulation.peak_memory - graph.fixed_memory)}, solve {result['solve_time_s']:.0f} s")
-    return Variant(f"remat, budget {ratio:g} of unpatched", model, lambda: rm(*inputs).backward(), note)
-
-
-def _strategy(graph: Any, budget: int, args: argparse.Namespace) -> str:
-    """The strategy to run: the one asked for; with auto, checkmate if registered, else the best baseline."""
-    if args.strategy != "auto":
-        return str(args.strategy)
-    if "checkmate" in STRATEGIES:
-        return "checkmate"
-    best, best_cost = "checkpoint-all", float("inf")
-    for name in BASELINES:
-        try:
-            result = solve(graph, budget=budget, strategy=name, time_limit_s=args.time_limit)
-        except RematError:  # a chain-only heuristic on a DAG says so; the next one may apply
-            continue
-        if result.fits and result.cost is not None and result.cost < best_cost:
-            best, best_cost = name, result.cost
-    return best
-
-
-# -- measuring -----------------------------------------------------------------------------------------
+        rm = rematerialize(model, work.inputs, budget=budget, cost_model=args.cost_model, compiler=compiler,
+                           cache=False, progress=False)
+    except PlanRejected as e:
+        return f"| {name} | no plan | | | | | {str(e)[:240]} |"
+    planned = rm.plans[0]
+    plan_peak = planned.simulation.peak_memory - planned.joint.resident_memory
+    note = (f"{planned.graph.size} nodes, {planned.result['strategy']} {planned.result['status']}, simulated "
+            f"{planned.result['overhead']:.3f}x compute, plan peak {format_size(plan_peak)}, "
+            f"planned in {time.perf_counter() - started:.1f} s")
+    return Variant(name, model, lambda: work.loss(rm).backward(), note)
 
 
 def _warm_up(variant: Variant) -> None:
@@ -218,67 +323,79 @@ def _warm_up(variant: Variant) -> None:
 
 
 def _measure_peak(variant: Variant) -> int:
-    with _inductor_buffers_counted() if variant.inductor else contextlib.nullcontext():
-        for p in variant.model.parameters():
-            p.grad = None
-        return activation_peak(variant.step, variant.model.parameters())
+    for p in variant.model.parameters():
+        p.grad = None
+    return activation_peak(variant.step, variant.model.parameters())
 
 
-@contextlib.contextmanager
-def _inductor_buffers_counted() -> Iterator[None]:
-    """Route Inductor's CPU buffer allocator through the dispatcher, where LiveBytes sees it."""
-    from torch._inductor.codecache import PyCodeCache
+# -- capture, plan and first step -----------------------------------------------------------------------
 
-    def empty_strided_cpu(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
 
-    patched = [m for m in PyCodeCache.modules if hasattr(m, "empty_strided_cpu")]
-    saved = [m.empty_strided_cpu for m in patched]
-    for m in patched:
-        m.empty_strided_cpu = empty_strided_cpu
-    try:
-        yield
-    finally:
-        for m, original in zip(patched, saved, strict=True):
-            m.empty_strided_cpu = original
+def _first_step_table(work: Workload, args: argparse.Namespace) -> None:
+    """Wall time of capture, plan and first step: aot_eager, remat with an empty cache, remat from the cache."""
+    cache = PlanCache(tempfile.mkdtemp(prefix="remat-bench-"))
+
+    def timed(make_step: Callable[[nn.Module], nn.Module]) -> tuple[float, Any]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = work.make()
+        started = time.perf_counter()
+        stepper = make_step(model)
+        with tracing():
+            work.loss(stepper).backward()
+        return time.perf_counter() - started, stepper
+
+    rows = []
+    for _ in range(2):  # the first round also pays one-time imports; the second is reported
+        aot, _ = timed(lambda m: torch.compile(m, backend="aot_eager", fullgraph=True, dynamic=False))
+        for entry in cache.directory.glob("*.json"):
+            entry.unlink()
+        first, rm = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False))
+        again, rm2 = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False))
+        rows = [aot, first, again, rm, rm2]
+    aot, first, again, rm, rm2 = rows
+    print(f"\nCapture, plan and first step of {work.name} ({rm.graph.size} nodes; activation_budget=0.5, default "
+          f"cost model and solver settings):\n")
+    print("| | wall time (s) | more than aot_eager (s) | plan |")
+    print("|---|---|---|---|")
+    print(f"| torch.compile(backend=\"aot_eager\") | {aot:.1f} | | none |")
+    print(f"| rematerialize(), empty plan cache | {first:.1f} | {first - aot:+.1f} | {rm.plans[0].source}, "
+          f"{rm.result['status']} in {rm.result['solve_time_s']:.1f} s, {rm.result['overhead']:.3f}x compute |")
+    print(f"| rematerialize(), from the plan cache | {again:.1f} | {again - aot:+.1f} | {rm2.plans[0].source} |")
+    sys.stdout.flush()
 
 
 # -- reporting -----------------------------------------------------------------------------------------
 
 
-def _table(name: str, variants: list[Variant], unpatched: Variant, budgets: list[float], refused: list[str]) -> None:
-    base_time = statistics.median(unpatched.times)
-    sizes = ", ".join(f"{k}={v}" for k, v in SIZES[name].items())
-    print(f"\n### {name} ({sizes})\n")
-    fits = " | ".join(f"fits {b:g}" for b in budgets)
-    print(f"| variant | activation peak | peak / unpatched | {fits} | step time (ms) | time / unpatched | notes |")
-    print("|---|---|---|" + "---|" * len(budgets) + "---|---|---|")
+def _table(work: Workload, variants: list[Variant], eager: Variant, refused: list[str]) -> None:
+    base_time = statistics.median(eager.times)
+    print(f"\n### {work.name} ({work.sizes})\n")
+    print("| variant | activation peak | peak / eager | step time (ms) | time / eager | notes |")
+    print("|---|---|---|---|---|---|")
     for v in variants:
         t = statistics.median(v.times)
-        marks = " | ".join("yes" if v.peak <= b * unpatched.peak else "no" for b in budgets)
-        print(f"| {v.name} | {format_size(v.peak)} | {v.peak / unpatched.peak:.3f} | {marks} | {1e3 * t:.1f} | "
+        print(f"| {v.name} | {format_size(v.peak)} | {v.peak / eager.peak:.3f} | {1e3 * t:.1f} | "
               f"{t / base_time:.3f} | {v.note} |")
     for row in refused:
         print(row)
-    for b in budgets:
-        print(_verdict(b, variants, unpatched, base_time))
+    print()
+    others = [v for v in variants[1:] if not v.name.startswith("remat")]
+    for target in others:
+        fits = [v for v in variants if v.name.startswith("remat") and v.peak <= target.peak]
+        print(f"- At the memory of {target.name} ({target.peak / eager.peak:.3f} of eager, "
+              f"{statistics.median(target.times) / base_time:.3f} of its time): {_best(fits, base_time)}.")
+    for r in (0.5, 0.3):
+        fits = [v for v in variants[1:] if v.peak <= r * eager.peak]
+        print(f"- At {r:g} of the eager peak: fastest that fits: {_best(fits, base_time)}.")
     sys.stdout.flush()
 
 
-def _verdict(budget: float, variants: list[Variant], unpatched: Variant, base_time: float) -> str:
-    """One line: at this budget, the fastest fitting checkpoint setting against remat."""
-    def fitting(prefix: str) -> list[Variant]:
-        return [v for v in variants if v.name.startswith(prefix) and v.peak <= budget * unpatched.peak]
-
-    def best(vs: list[Variant]) -> str:
-        if not vs:
-            return "none fits"
-        v = min(vs, key=lambda v: statistics.median(v.times))
-        return f"{v.name} ({statistics.median(v.times) / base_time:.3f})"
-
-    remat = [v for v in fitting("remat") if v.name == f"remat, budget {budget:g} of unpatched"]
-    return (f"\nAt {budget:g} of the unpatched peak: fastest fitting checkpoint: {best(fitting('checkpoint'))}; "
-            f"fastest fitting torch.compile: {best(fitting('torch.compile'))}; remat: {best(remat)}.")
+def _best(variants: list[Variant], base_time: float) -> str:
+    if not variants:
+        return "none fits"
+    v = min(variants, key=lambda v: statistics.median(v.times))
+    return f"{v.name} ({statistics.median(v.times) / base_time:.3f} of eager's time)"
 
 
 def _header(device: torch.device) -> str:

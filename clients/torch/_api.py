@@ -49,7 +49,7 @@ class RematModule(nn.Module):
         self.model = model
         self.loss_fn = loss_fn
         self.backend = backend
-        self._step = compile_step(model, loss_fn, backend)
+        self._step = compile_step(model, loss_fn, backend, backend.backward_from)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with tracing():
@@ -106,8 +106,9 @@ class RematModule(nn.Module):
 def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | None = None, *,
                   activation_budget: float | None = None, strategy: str = "checkmate", server: str | None = None,
                   loss_fn: LossFn | None = None, cost_model: str = "flops", device: str | None = None,
-                  compiler: str = "eager", cache: bool | str | os.PathLike[str] | PlanCache = True,
-                  progress: bool = True, graph: Graph | None = None, result: Mapping[str, Any] | None = None,
+                  compiler: str = "eager", backward_from: str | int | None = None,
+                  cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
+                  graph: Graph | None = None, result: Mapping[str, Any] | None = None,
                   **solve_options: Any) -> RematModule:
     """Capture ``model``'s training step, plan it within the budget, and return a module that runs the plan.
 
@@ -137,6 +138,13 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
         Device profile of the roofline (``"cpu"``, ``"a100"``, ``"h100"``...); default from the tensors.
     compiler : {"eager", "inductor"}
         Run the planned graphs op for op, or compile them with Inductor.
+    backward_from : str or int, optional
+        The one output the backward starts from, when the loop backpropagates that output alone and
+        drops the others before ``backward()`` (``"loss"`` for ``loss = model(**batch).loss``; a
+        position for a tuple). The other outputs (logits, caches) then come back without gradient,
+        so the backward neither allocates nor holds theirs, and they are counted until the end of
+        the forward only (a warning says so if one is still held when the backward starts). By
+        default every output may carry a gradient and is counted until the end of the step.
     cache : bool, path or PlanCache
         Keep plans on disk (default ``~/.cache/remat/plans``), so that a script run again does not
         solve again; False to always solve.
@@ -165,7 +173,8 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
     planner = Planner(strategy=strategy, server=server, options=solve_options, cache=_cache(cache),
                       progress=progress, given=result)
     remat_backend = RematBackend(Budget.of(budget, activation_budget), planner, name=type(model).__name__,
-                                 cost_model=cost_model, device=device, compiler=compiler, costs_from=graph)
+                                 cost_model=cost_model, device=device, compiler=compiler, costs_from=graph,
+                                 backward_from=backward_from)
     module = RematModule(model, loss_fn, remat_backend)
     module._plan_for(*split_inputs(example_inputs))
     return module

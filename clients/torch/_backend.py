@@ -16,6 +16,8 @@ it leave (the budget less their fixed memory and the values they keep for their 
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +26,9 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from remat.schedules import Graph, InvalidRequest, Plan, Simulation
+from remat.schedules import Graph, InvalidRequest, Plan, Simulation, format_size
 
-from ._capture import DryRun
+from ._capture import DryRun, backward_start
 from ._costs import node_costs
 from ._errors import CaptureError
 from ._joint import InputKind, JointGraph, describe
@@ -62,7 +64,7 @@ class RematBackend:
 
     def __init__(self, budget: Budget | None, planner: Planner | None, *, name: str = "step",
                  cost_model: str = "flops", device: str | None = None, compiler: str = "eager",
-                 costs_from: Graph | None = None) -> None:
+                 costs_from: Graph | None = None, backward_from: str | int | None = None) -> None:
         if compiler not in COMPILERS:
             raise InvalidRequest(f"Unknown compiler {compiler!r}; choose one of: {', '.join(COMPILERS)}.",
                                  field="compiler")
@@ -73,6 +75,9 @@ class RematBackend:
         self.device = device
         self.compiler = compiler
         self.costs_from = costs_from
+        self.backward_from = backward_from
+        """The one output the backward starts from (see :func:`._capture.compile_step`), if the step names it:
+        the graph's other outputs are returned without gradient and counted until the end of the forward."""
         self.planned: list[PlannedGraph] = []
         self.captured: list[tuple[JointGraph, Graph]] = []
         self.dry_run = False
@@ -81,6 +86,8 @@ class RematBackend:
         """Bytes each planned frame holds while later graphs of the step run, by TorchDynamo frame."""
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if self.backward_from is not None:
+            _detach_all_but_the_marked(gm, self.backward_from)
         partition = _Partition(self, example_inputs, _frame_id())
         try:
             compiled = self._compile(gm, example_inputs, partition)
@@ -106,13 +113,17 @@ class RematBackend:
             gm, example_inputs)
 
     def _stoppable(self, compiled: Callable[..., Any]) -> Callable[..., Any]:
-        """``compiled``, made to raise DryRun instead of computing while ``dry_run`` is set."""
+        """``compiled``, made to raise DryRun instead of computing while ``dry_run`` is set (and, when the
+        backward starts from one output, to check that the others are gone when it starts)."""
         boxed = getattr(compiled, "_boxed_call", False)
 
         def run(*args: Any) -> Any:
             if self.dry_run:
                 raise DryRun()
-            return compiled(*args)
+            outputs = compiled(*args)
+            if self.backward_from is not None:
+                _watch_dropped_outputs(outputs, self.name, self.backward_from)
+            return outputs
 
         run._boxed_call = boxed  # type: ignore[attr-defined]
         return run
@@ -168,7 +179,8 @@ class _Partition:
             "parameter" if args is None or isinstance(args[i], nn.Parameter) else "buffer"
             for i in range(len(primals))
         ]
-        joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name)
+        joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
+                         drop_outputs=self.backend.backward_from is not None)
         with unset_fake_temporarily():
             graph = self.backend.costed(joint, args)
         if self.backend.planner is None:
@@ -192,6 +204,51 @@ def _inductor_partitioner(partition: _Partition) -> Any:
             return None
 
     return RematPartitioner()
+
+
+def _detach_all_but_the_marked(gm: fx.GraphModule, backward_from: str | int) -> None:
+    """Unmark the output the backward starts from and detach every other output of TorchDynamo's graph."""
+    markers = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is backward_start]
+    if not markers:
+        raise CaptureError(f"backward_from={backward_from!r} names no tensor among the step's outputs (a "
+                           f"transformers model computes its loss only when given labels).")
+    kept = set()
+    for marker in markers:
+        kept.add(marker.args[0])
+        marker.replace_all_uses_with(marker.args[0])
+        gm.graph.erase_node(marker)
+    output = next(iter(gm.graph.find_nodes(op="output")))
+
+    def detach(node: fx.Node) -> fx.Node:
+        if node in kept or not isinstance(node.meta.get("example_value"), torch.Tensor):
+            return node
+        with gm.graph.inserting_before(output):
+            detached = gm.graph.call_method("detach", (node,))
+        detached.meta = {**node.meta, "example_value": node.meta["example_value"].detach()}
+        return detached
+
+    output.args = fx.node.map_arg(output.args, detach)
+    gm.recompile()
+
+
+def _watch_dropped_outputs(outputs: Sequence[Any], name: str, backward_from: str | int) -> None:
+    """Warn, when the backward starts, if outputs without gradient are still held: the plan counted them
+    until the end of the forward only."""
+    dropped = [weakref.ref(t) for t in outputs if isinstance(t, torch.Tensor) and not t.requires_grad]
+    starts = [t for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if not dropped or not starts:
+        return
+
+    def check(_: Any) -> None:
+        held = [t for t in (ref() for ref in dropped) if t is not None]
+        if held:
+            size = format_size(sum(t.untyped_storage().nbytes() for t in held))
+            warnings.warn(f"{name}: {len(held)} outputs besides {backward_from!r} ({size}) were still held when the "
+                          f"backward started; the plan counts them until the end of the forward only, so the step "
+                          f"holds up to {size} more than planned. Drop them before backward(), as in "
+                          f"loss = model(**batch).loss, or leave backward_from unset.", ResourceWarning, stacklevel=2)
+
+    starts[0].grad_fn.register_prehook(check)
 
 
 def _frame_id() -> int:

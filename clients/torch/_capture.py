@@ -27,7 +27,7 @@ from remat.schedules import RematError
 
 from ._errors import CaptureError
 
-__all__ = ["DryRun", "LossFn", "StepInputs", "compile_step", "explain", "split_inputs", "tracing"]
+__all__ = ["DryRun", "LossFn", "StepInputs", "backward_start", "compile_step", "explain", "split_inputs", "tracing"]
 
 LossFn = Callable[..., torch.Tensor]
 """``loss_fn(model, *args, **kwargs) -> loss``: the training step's loss from the model and one batch."""
@@ -62,22 +62,42 @@ def split_inputs(example_inputs: Any) -> StepInputs:
     return (example_inputs,), {}
 
 
-def compile_step(model: nn.Module, loss_fn: LossFn | None, backend: Callable[..., Any]) -> Callable[..., Any]:
+@torch._dynamo.allow_in_graph
+def backward_start(t: torch.Tensor) -> torch.Tensor:
+    """Marks, in the traced step, the output the backward starts from (an identity the backend removes)."""
+    return t
+
+
+def compile_step(model: nn.Module, loss_fn: LossFn | None, backend: Callable[..., Any],
+                 backward_from: str | int | None = None) -> Callable[..., Any]:
     """The training step, ``model(...)`` or ``loss_fn(model, ...)``, compiled as one static graph by ``backend``.
+
+    With ``backward_from`` (a key or attribute of the output, such as ``"loss"``, or a position in
+    an output tuple), that output is marked with :func:`backward_start` for the backend.
 
     TorchDynamo keeps compiled graphs (and its limit on recompilations) on the code object of the
     function it compiles, so each step gets a code object of its own: steps of other models or
     budgets never share or evict each other's graphs.
     """
-    if loss_fn is None:
-        def step(*args: Any, **kwargs: Any) -> Any:
-            return model(*args, **kwargs)
-    else:
-        def step(*args: Any, **kwargs: Any) -> Any:
-            return loss_fn(model, *args, **kwargs)
+    def step(*args: Any, **kwargs: Any) -> Any:
+        out = model(*args, **kwargs) if loss_fn is None else loss_fn(model, *args, **kwargs)
+        return out if backward_from is None else _mark(out, backward_from)
+
     own = types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__, step.__defaults__,
                              step.__closure__)
     return torch.compile(own, backend=backend, fullgraph=True, dynamic=False)
+
+
+def _mark(out: Any, key: str | int) -> Any:
+    """``out`` with its output at ``key`` marked as where the backward starts (left alone if it has none:
+    the backend then says so)."""
+    if isinstance(out, Mapping) and isinstance(out.get(key), torch.Tensor):
+        out[key] = backward_start(out[key])  # type: ignore[index]
+    elif isinstance(out, (tuple, list)) and isinstance(key, int) and -len(out) <= key < len(out) \
+            and isinstance(out[key], torch.Tensor):
+        items = [backward_start(v) if i == key % len(out) else v for i, v in enumerate(out)]
+        out = type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
+    return out
 
 
 def explain(e: BaseException, what: str) -> BaseException:

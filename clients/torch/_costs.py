@@ -4,8 +4,8 @@
 outputs) against a named device profile, ``max(flops / peak, bytes / bandwidth)`` plus a fixed
 launch cost; no tensor is allocated. ``measured``: the joint graph runs once on the real tensors
 and each producer is timed where it will run (CUDA events on a GPU, the wall clock on the CPU),
-the median of a few repetitions. Taking one output of a multi-output op out as a value of its own
-costs nothing in either.
+the median of a few repetitions. A producer that runs no op of its own (an output of a
+multi-output op taken out, the end of the forward) costs nothing in either.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def roofline_costs(joint: JointGraph, args: Sequence[torch.Tensor], profile: Dev
     nodes = {n.name: n for n in joint.module.graph.nodes}
     costs: dict[str, float] = {}
     for p in joint.producers:
+        if not p.runs_an_op:
+            continue
         node = nodes[p.name]
         node_args = fx.node.map_arg(node.args, lambda a: a.meta.get("val"))
         node_kwargs = fx.node.map_arg(node.kwargs, lambda a: a.meta.get("val"))
@@ -117,7 +119,7 @@ def node_costs(joint: JointGraph, args: Sequence[torch.Tensor], *, cost_model: s
         raise InvalidRequest(f"Unknown device profile {name!r}; choose one of: {', '.join(DEVICE_PROFILES)}.",
                              field="device")
     costs = COST_MODELS[cost_model](joint, args, DEVICE_PROFILES[name])
-    costs.update({p.name: 0.0 for p in joint.producers if p.output_of is not None})  # taking an output out
+    costs.update({p.name: 0.0 for p in joint.producers if not p.runs_an_op})
     where = name if cost_model == "flops" else _where(args)
     return costs, f"seconds ({cost_model}, {where})"
 
@@ -130,7 +132,7 @@ class _NodeTimer(fx.Interpreter):
 
     def __init__(self, joint: JointGraph, *, device: torch.device, repeats: int, warmup: int) -> None:
         super().__init__(joint.module)
-        self.producers = {p.name for p in joint.producers}
+        self.producers = {p.name for p in joint.producers if p.runs_an_op}
         self.device = device
         self.repeats = repeats
         self.warmup = warmup

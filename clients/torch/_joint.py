@@ -43,7 +43,11 @@ from remat.schedules import Graph, Kind, Node
 
 from ._errors import CaptureError
 
-__all__ = ["InputKind", "JointGraph", "Producer", "describe", "first_output"]
+__all__ = ["FORWARD_END", "InputKind", "JointGraph", "Producer", "describe", "first_output"]
+
+FORWARD_END = "<forward outputs>"
+"""The node that ends the forward when outputs are dropped after it: it reads them all, so a plan keeps
+them until then (it computes nothing; a name no FX node has)."""
 
 InputKind = Literal["parameter", "buffer", "input"]
 """What a primal input of the joint graph is: a parameter, a buffer (module state) or a step input."""
@@ -68,6 +72,12 @@ class Producer:
     """For an output of a multi-output op kept on its own: the op's producer (this node only takes it out)."""
     pinned: bool = False
     """Its storage is one the step returns (an output, a gradient): held to the end, computed once."""
+
+    @property
+    def runs_an_op(self) -> bool:
+        """Whether computing it runs an op of its own; the others take an output out of one, or mark the
+        end of the forward, at no cost."""
+        return self.output_of is None and self.name != FORWARD_END
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,9 @@ class JointGraph:
     returned: Mapping[str, int]
     """Folded nodes whose storage the forward returns (batch norm's new running statistics), by output
     index: readers take them from what the step returns, so they keep nothing else alive."""
+    dropped: tuple[int, ...] = ()
+    """Forward outputs the caller drops before the backward (outputs without gradient, when the backward
+    starts from one output alone): held until the end of the forward only, marked by FORWARD_END."""
 
     @property
     def fixed_memory(self) -> int:
@@ -128,12 +141,14 @@ class JointGraph:
         return Graph(nodes, name=self.name, fixed_memory=self.fixed_memory, cost_unit=cost_unit)
 
 
-def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Sequence[InputKind],
-             name: str) -> JointGraph:
+def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Sequence[InputKind], name: str,
+             drop_outputs: bool = False) -> JointGraph:
     """The producer view of AOTAutograd's joint graph ``gm``.
 
-    ``input_kinds`` says what each primal (non-tangent) placeholder is, in order. Raises
-    CaptureError for graphs remat cannot plan (symbolic shapes, values of unknown size).
+    ``input_kinds`` says what each primal (non-tangent) placeholder is, in order. With
+    ``drop_outputs``, the step's outputs without gradient are held until the end of the forward only
+    (the caller drops them before the backward); else every output is held to the end of the step.
+    Raises CaptureError for graphs remat cannot plan (symbolic shapes, values of unknown size).
     """
     graph = gm.graph
     for node in graph.nodes:
@@ -150,9 +165,14 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
 
     mutated = {d.mutated_input for d in out_descs if isinstance(d, desc.InputMutationAOTOutput)}
     mutated_inputs = [n for n in primals if n.meta.get("desc") in mutated]
+    with_tangent = {t.meta["desc"].output for t in tangents}
+    dropped = tuple(i for i, d in enumerate(out_descs[:num_forward_outputs])
+                    if drop_outputs and outputs[i] is not None and d not in with_tangent
+                    and not isinstance(d, desc.InputMutationAOTOutput))
     sources = [*placeholders, *constants]
     gradients = _pinned_storages(outputs[num_forward_outputs:], sources, {})
-    pinned = _pinned_storages(outputs[:num_forward_outputs], sources, gradients)
+    held = [o for i, o in enumerate(outputs[:num_forward_outputs]) if i not in dropped]
+    pinned = _pinned_storages(held, sources, gradients)
     backward = _tangent_dependent(graph, tangents)
     kept_apart = _outputs_kept_apart(graph, backward, pinned)
 
@@ -200,6 +220,12 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
             rng=_is_rng(node),
             pinned=held,
         ))
+    if dropped:
+        ends = [root.get(n, n) for n in (outputs[i].name for i in dropped)]  # type: ignore[union-attr]
+        end = Producer(name=FORWARD_END, op="end of the forward", memory=0, kind="forward", rng=False,
+                       deps=tuple(dict.fromkeys(r for r in ends if r not in leaves)))
+        producers.insert(_end_of_forward(producers, [o.name for o in outputs[:num_forward_outputs] if o is not None],
+                                         root), end)
     rng_states = sum(_rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n))
     fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned, gradients, rng_states, mutated_inputs)
     return JointGraph(
@@ -215,7 +241,17 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
         mutated=tuple(n.name for n in mutated_inputs),
         fixed=fixed,
         returned=returned,
+        dropped=dropped,
     )
+
+
+def _end_of_forward(producers: Sequence[Producer], forward_outputs: Sequence[str], root: Mapping[str, str]) -> int:
+    """Where the forward ends among the producers: before the first backward one, or later if a forward
+    output comes after that."""
+    position = {p.name: k for k, p in enumerate(producers)}
+    first_backward = next((k for k, p in enumerate(producers) if p.kind == "backward"), len(producers))
+    last_output = max((position[r] for r in (root.get(o, o) for o in forward_outputs) if r in position), default=-1)
+    return max(first_backward, last_output + 1)
 
 
 def first_output(node: fx.Node) -> Any:

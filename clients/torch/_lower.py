@@ -24,7 +24,7 @@ from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 from remat.schedules import Graph, Plan
 
 from ._errors import PlanRejected
-from ._joint import JointGraph, first_output
+from ._joint import FORWARD_END, JointGraph, first_output
 
 __all__ = ["boxed_compiler", "lower", "release", "split_point"]
 
@@ -94,11 +94,12 @@ def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True) ->
 
 
 def split_point(joint: JointGraph, steps: Sequence[tuple[str, str]]) -> int:
-    """Index of the plan's first compute of a backward node: where the forward ends."""
-    backward = {p.name for p in joint.producers if p.kind == "backward"}
+    """Where the forward ends: right after the end of the forward when outputs are dropped there (see
+    FORWARD_END), else at the plan's first compute of a backward node."""
+    ends = {FORWARD_END} if FORWARD_END in joint.index else {p.name for p in joint.producers if p.kind == "backward"}
     for k, (op, name) in enumerate(steps):
-        if op == "compute" and name in backward:
-            return k
+        if op == "compute" and name in ends:
+            return k + 1 if name == FORWARD_END else k
     raise PlanRejected("The plan never computes a backward node, so it has no backward pass to run.")
 
 
@@ -152,6 +153,9 @@ class _Phase:
 
     def run(self, steps: Sequence[tuple[str, str]]) -> None:
         for op, name in steps:
+            if name == FORWARD_END:  # computes nothing; what it reads is returned from where it lives
+                self.computed.add(name)
+                continue
             if op == "free":
                 instance = self.current.pop(name)
                 self._pending_free.extend(instance.values() if isinstance(instance, dict) else [instance])
@@ -331,9 +335,10 @@ def _fake_rng_state(node: fx.Node) -> torch.Tensor:
 
 
 def _outputs_by_root(joint: JointGraph) -> dict[str, list[int]]:
-    """For each producer, the indices of the joint outputs that live in its storage."""
+    """For each producer, the indices of the joint outputs held from its first instance: those that live
+    in its storage, but for outputs dropped after the forward, returned as they are at its end."""
     out: dict[str, list[int]] = {}
     for i, name in enumerate(joint.outputs):
-        if name is not None:
+        if name is not None and i not in joint.dropped:
             out.setdefault(joint.root.get(name, name), []).append(i)
     return out

@@ -196,4 +196,10 @@ def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointG
         peak, strategy = smallest
         text += f" The smallest budget a plan reached on this graph is {size(peak)} ({strategy});"
     text += f" no plan can go below {size(graph.min_feasible_budget)} (a bound)."
-    return f"{text} Checkpoint-all needs {size(graph.checkpoint_all_peak)}. {log}".strip()
+    text += f" Checkpoint-all needs {size(graph.checkpoint_all_peak)}."
+    held = 0 if joint is None else joint.fixed["outputs"] + joint.fixed["tangents"]
+    if held > 0.05 * (graph.checkpoint_all_peak - graph.fixed_memory):
+        text += (f" The step's outputs and their gradients ({format_size(held)}) count until the end of the step;"
+                 f" if the loop backpropagates one output alone (loss = model(**batch).loss), backward_from='loss'"
+                 f" counts the others until the end of the forward only.")
+    return f"{text} {log}".strip()

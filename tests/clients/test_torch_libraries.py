@@ -157,3 +157,30 @@ def test_inductor_keeps_the_plans_recomputations():
     model.zero_grad(set_to_none=True)
     peak = activation_peak(lambda: _step(rm, batch), model.parameters())
     assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory
+
+
+def test_backward_from_the_loss_returns_the_other_outputs_without_gradient_and_counts_them_less():
+    model = _text_model("gpt2")
+    ref = copy.deepcopy(model)
+    batch = _batch()
+    every_output = rematerialize(copy.deepcopy(model), batch, activation_budget=1.0, strategy="checkpoint-all")
+    rm = rematerialize(model, batch, activation_budget=0.4, backward_from="loss")
+    assert rm.fixed["tangents"] == rm.fixed["outputs"] == 4  # the loss alone
+    assert every_output.fixed["tangents"] > 2 * 32 * VOCAB * 4  # the logits' gradient, and the caches'
+    assert rm.graph.min_feasible_budget < every_output.graph.min_feasible_budget
+    out = rm(**batch)
+    assert out.loss.requires_grad and not out.logits.requires_grad
+    del out
+
+    _check_equal_training(rm, ref, lambda m: _step(m, batch))
+    model.zero_grad(set_to_none=True)
+    peak = activation_peak(lambda: _step(rm, batch), model.parameters())
+    planned = rm.plans[0]
+    assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory <= planned.budget
+
+    with pytest.warns(ResourceWarning, match=r"outputs besides 'loss' \(.*\) were still held when the backward"):
+        kept = rm(**batch)
+        kept.loss.backward()
+    unlabelled = {k: v for k, v in batch.items() if k != "labels"}
+    with pytest.raises(Exception, match="backward_from='loss' names no tensor among the step's outputs"):
+        rematerialize(_text_model("gpt2"), unlabelled, activation_budget=0.5, backward_from="loss")
