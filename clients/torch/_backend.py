@@ -235,7 +235,7 @@ def _watch_dropped_outputs(outputs: Sequence[Any], name: str, backward_from: str
     """Warn, when the backward starts, if outputs without gradient are still held: the plan counted them
     until the end of the forward only."""
     dropped = [weakref.ref(t) for t in outputs if isinstance(t, torch.Tensor) and not t.requires_grad]
-    starts = [t for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    starts = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     if not dropped or not starts:
         return
 
@@ -248,7 +248,7 @@ def _watch_dropped_outputs(outputs: Sequence[Any], name: str, backward_from: str
                           f"holds up to {size} more than planned. Drop them before backward(), as in "
                           f"loss = model(**batch).loss, or leave backward_from unset.", ResourceWarning, stacklevel=2)
 
-    starts[0].grad_fn.register_prehook(check)
+    starts[0].register_prehook(check)
 
 
 def _frame_id() -> int:

@@ -171,8 +171,8 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
                     and not isinstance(d, desc.InputMutationAOTOutput))
     sources = [*placeholders, *constants]
     gradients = _pinned_storages(outputs[num_forward_outputs:], sources, {})
-    held = [o for i, o in enumerate(outputs[:num_forward_outputs]) if i not in dropped]
-    pinned = _pinned_storages(held, sources, gradients)
+    kept = [o for i, o in enumerate(outputs[:num_forward_outputs]) if i not in dropped]
+    pinned = _pinned_storages(kept, sources, gradients)
     backward = _tangent_dependent(graph, tangents)
     kept_apart = _outputs_kept_apart(graph, backward, pinned)
 
@@ -210,15 +210,15 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
             continue
         if any(s in in_storages for s, _ in out):
             raise CaptureError(f"{node.name} ({node.target}) returns both new tensors and views of its inputs.")
-        held = bool(out) and all(s in pinned for s, _ in out)
+        returned_whole = bool(out) and all(s in pinned for s, _ in out)
         producers.append(Producer(
             name=node.name,
             op=str(node.target),
             deps=tuple(dict.fromkeys(r for r in roots if r not in leaves)),
-            memory=0 if held else sum(b for _, b in out),
+            memory=0 if returned_whole else sum(b for _, b in out),
             kind=kind,
             rng=_is_rng(node),
-            pinned=held,
+            pinned=returned_whole,
         ))
     if dropped:
         ends = [root.get(n, n) for n in (outputs[i].name for i in dropped)]  # type: ignore[union-attr]
