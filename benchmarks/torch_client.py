@@ -5,7 +5,8 @@ Per model: the eager step as people write it; the framework's own checkpointing 
 ``torch.utils.checkpoint`` per block for the models of tests/torch_models.py); torch's selective
 activation checkpointing saving every matmul (through the framework's checkpointing); torch.compile
 (Inductor) with ``activation_memory_budget`` swept; and ``rematerialize()`` with eager kernels and
-with Inductor, at the memory each of those reaches and at 0.5 and 0.3 of the eager activation peak.
+with Inductor, at the memory each of those reaches and at 0.5 and 0.3 of the eager activation peak
+(for the text models, with ``backward_from="loss"``: their loop backpropagates the loss alone).
 Each row gives the activation peak (bytes a step holds besides parameters, buffers and inputs,
 gradients left out) and the step time as a ratio to eager. A second table gives the wall time of
 capture, plan and first step: ``rematerialize()`` with an empty plan cache and with a full one,
@@ -90,6 +91,8 @@ class Workload:
     """The step up to its loss, as the user writes it, on this workload's batch."""
     checkpointing: dict[str, Callable[[nn.Module], None]]
     """The framework's own checkpointing options: a label and how to turn it on."""
+    backward_from: str | None = None
+    """The output the loop backpropagates alone, for rematerialize() (the text models' loss)."""
 
 
 @dataclass
@@ -181,7 +184,8 @@ def _text(name: str, device: torch.device) -> Workload:
         lambda: cls(config).to(device).train(), inputs, lambda m: m(**inputs).loss,
         {"activation_checkpointing_enable()": enable(),
          "activation_checkpointing_enable(every_n_layers=2)": enable(2),
-         "selective checkpointing (save matmuls)": _sac(lambda context: enable(context_fn=context))})
+         "selective checkpointing (save matmuls)": _sac(lambda context: enable(context_fn=context))},
+        backward_from="loss")
 
 
 def _sd_unet(device: torch.device) -> Workload:
@@ -306,7 +310,7 @@ def _remat(base: nn.Module, work: Workload, label: str, peak: int, compiler: str
     started = time.perf_counter()
     try:
         rm = rematerialize(model, work.inputs, budget=budget, cost_model=args.cost_model, compiler=compiler,
-                           cache=False, progress=False)
+                           backward_from=work.backward_from, cache=False, progress=False)
     except PlanRejected as e:
         return f"| {name} | no plan | | | | | {str(e)[:240]} |"
     planned = rm.plans[0]
@@ -350,8 +354,10 @@ def _first_step_table(work: Workload, args: argparse.Namespace) -> None:
         aot, _ = timed(lambda m: torch.compile(m, backend="aot_eager", fullgraph=True, dynamic=False))
         for entry in cache.directory.glob("*.json"):
             entry.unlink()
-        first, rm = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False))
-        again, rm2 = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False))
+        first, rm = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False,
+                                                  backward_from=work.backward_from))
+        again, rm2 = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False,
+                                                   backward_from=work.backward_from))
         rows = [aot, first, again, rm, rm2]
     aot, first, again, rm, rm2 = rows
     print(f"\nCapture, plan and first step of {work.name} ({rm.graph.size} nodes; activation_budget=0.5, default "
