@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="where the embedded job store lives (default ~/.local/share/remat)")
     p.add_argument("--queue", metavar="URL", help="redis://HOST:PORT/DB: cluster mode, solves run on `remat worker`s")
     p.add_argument("--slots", type=int, help="solves the embedded executor runs at once (REMAT_SLOTS)")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="serve without tokens on an address other machines can reach (REMAT_INSECURE)")
     p.set_defaults(run=_serve)
 
     p = sub.add_parser("worker", help="run solves from a Redis queue (cluster mode)")
@@ -183,7 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
     from remat.service import load_settings, serve
 
     serve(load_settings(host=args.host, port=args.port, data_dir=args.data_dir, queue_url=args.queue,
-                        slots=args.slots))
+                        slots=args.slots, insecure=args.insecure))
     return 0
 
 

@@ -32,7 +32,8 @@ from ._jobs import SolveSpec
 __all__ = ["SolverProcess", "solver_context"]
 
 Message = tuple[str, Any]
-"""("progress", Progress JSON), ("result", remat.result/v1) or ("error", text)."""
+"""("progress", Progress JSON), ("result", remat.result/v1), ("error", a sentence for the job's caller) or
+("crash", a traceback for the server's log only)."""
 
 
 def solver_context() -> ForkServerContext:
@@ -134,7 +135,7 @@ def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any],
     except RematError as e:
         message = ("error", f"{type(e).__name__}: {e}")
     except Exception:
-        message = ("error", traceback.format_exc(limit=20))
+        message = ("crash", traceback.format_exc(limit=20))
     finished.set()
     conn.send(message)
 

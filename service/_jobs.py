@@ -281,20 +281,37 @@ def release(job: Job, by: Claim, *, now: float) -> Job | None:
 
 
 def owner_name(slot: str) -> str:
-    """``host:pid:slot``: who runs a job, precise enough to tell on this host whether it is alive."""
-    return f"{socket.gethostname()}:{os.getpid()}:{slot}"
+    """``host:pid:start:slot``: who runs a job, precise enough to tell on this host whether it is alive.
+
+    ``start`` is when the process started (from /proc; empty where the system cannot tell), so a
+    process that reuses the pid of a dead owner (a container restarted on the same host) is not it.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid()) or ''}:{slot}"
 
 
 def owner_here(owner: str) -> bool | None:
     """Whether the owner's process is alive, when it is a process of this host; None for another host."""
     host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
+    pid_text, _, rest = rest.partition(":")
+    started = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
         return None
+    pid = int(pid_text)
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
+    if started.isdigit() and _started(pid) not in (None, started):
+        return False  # the pid now belongs to another process
     return True
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (/proc/PID/stat, field 22); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None

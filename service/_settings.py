@@ -40,8 +40,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     data_dir: Path = Field(default_factory=default_data_dir)
-    queue_url: str | None = None
-    """``redis://host:port/db``: cluster mode, with jobs in Redis and solves on ``remat worker``s."""
+    queue_url: str | None = Field(default=None, repr=False)
+    """``redis://[:password@]host:port/db``: cluster mode, with jobs in Redis and solves on ``remat worker``s
+    (left out of the settings' repr: it may hold a password)."""
     queue_name: str = Field(default="remat", pattern=r"^[A-Za-z0-9_-]+$")
     """RQ queue the API fills and workers empty (Redis list ``rq:queue:<name>``)."""
     redis_prefix: str = Field(default="remat:", pattern=r"^[A-Za-z0-9_.:-]+$")
@@ -49,6 +50,8 @@ class Settings(BaseSettings):
 
     tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     """Bearer tokens accepted by the API (``REMAT_TOKENS``, comma-separated); none: no authentication."""
+    insecure: bool = False
+    """Serve without tokens on an address other machines can reach (``remat serve`` refuses otherwise)."""
 
     slots: int = Field(default_factory=_default_slots, ge=1, le=256)
     """Solves the embedded executor runs at once (each in its own process)."""

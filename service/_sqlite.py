@@ -83,10 +83,11 @@ class SqliteStore(JobStore):
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")  # inside the try: a COMMIT that fails (busy, disk full) rolls back too
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def _apply(self, conn: sqlite3.Connection, job_id: str, change: Change,
                result: Mapping[str, Any] | None) -> Job | None:

@@ -87,3 +87,14 @@ def test_resubmit_reruns_a_failed_job_but_keeps_a_reusable_one():
 def test_records_round_trip():
     job = _finished("feasible")
     assert jobs.Job.from_record(job.to_record()) == job
+
+
+def test_a_process_that_reuses_a_dead_owners_pid_is_not_that_owner():
+    """After a container restart the new process may get the old one's pid; its start time tells them apart."""
+    host, pid, started, slot = jobs.owner_name("slot0").split(":")
+    assert pid == str(os.getpid()) and started.isdigit()
+    before_restart = f"{host}:{pid}:{int(started) - 1}:{slot}"
+    assert jobs.owner_here(before_restart) is False
+    running = jobs.claim(jobs.new_job(SPEC, graph_name="g", token=None, now=1.0), owner=before_restart, now=2.0,
+                         lease_s=1)
+    assert "exited" in jobs.lost_reason(running, now=2.5, lease_s=1)  # at once, not after five leases

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -119,3 +120,34 @@ def test_graphs_and_sweeps(store: JobStore):
     assert store.get_sweep("s1") == sweep and store.list_sweeps() == [sweep]
     with pytest.raises(JobNotFound):
         store.get_sweep("s2")
+
+
+class _FailingCommit:
+    """A connection whose next COMMIT fails, as a full disk or a busy database would make it."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.conn.execute(sql, *args)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+
+def test_a_failed_commit_releases_the_sqlite_write_lock(tmp_path: Path):
+    store = SqliteStore(tmp_path / "jobs.sqlite3")
+    job, _ = store.submit(spec(), graph_name="g", token=None)
+    real = store._conn()
+    store._local.conn = _FailingCommit(real)
+    with pytest.raises(sqlite3.OperationalError):
+        store.request_cancel(job.id)
+    assert not real.in_transaction
+    other = sqlite3.connect(tmp_path / "jobs.sqlite3", timeout=0.5, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # would wait for the lock, then fail, had the transaction stayed open
+    other.execute("ROLLBACK")
+    store._local.conn = real
+    assert store.get(job.id).status is JobStatus.QUEUED
