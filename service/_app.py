@@ -9,7 +9,7 @@ from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import routes
-from ._auth import TokenCheck
+from ._auth import Authenticate, TokenCheck
 from ._deps import require_token
 from ._executor import open_executor
 from ._jobs import remat_version
@@ -41,6 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.token_check = TokenCheck(settings.tokens)
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # innermost: the endpoint reads through it
+    app.add_middleware(Authenticate, check=app.state.token_check)  # outside it: no body is read before the token
     app.middleware("http")(count_requests)
     app.include_router(routes.health)
     app.include_router(routes.dashboard)

@@ -34,11 +34,12 @@ PROGRESS_INTERVAL_S = 0.5
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    """What a runner needs besides the job: lease, grace period, threads, where children come from."""
+    """What a runner needs besides the job: lease, grace period, threads, result size cap, where children come from."""
 
     lease_s: float
     cancel_grace_s: float
     threads: int
+    max_result_bytes: int
     ctx: ForkServerContext
 
 
@@ -53,7 +54,7 @@ def run_claimed(store: JobStore, job: Job, *, owner: str, config: RunnerConfig,
              job.spec.budget)
     try:
         child = SolverProcess(job.spec, store.get_graph(job.spec.graph_sha256), threads=config.threads,
-                              ctx=config.ctx)
+                              max_result_bytes=config.max_result_bytes, ctx=config.ctx)
     except Exception as e:
         log.exception("job %s: could not start its solver", job.id)
         return store.mark_failed(by, f"could not start the solver process: {e}")

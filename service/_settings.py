@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from remat.schedules import GraphLimits
 
+from ._store import Retention
+
 __all__ = ["Settings", "default_data_dir"]
 
 
@@ -80,6 +82,20 @@ class Settings(BaseSettings):
     """Seconds a cancelled solve has to return its best plan before its process group is killed."""
     retry_after_s: int = Field(default=5, ge=1)
 
+    share_results: bool = True
+    """Answer a token's request with a copy of a reusable result another token got for the same request (the
+    job stays the token's own; the instant answer tells it such a request was made before)."""
+    max_result_bytes: int = Field(default=64 * 2**20, ge=2**16)
+    """Largest result (remat.result/v1 as JSON) a job may store; a bigger one fails the job, saying so."""
+    retention_s: float = Field(default=7 * 86400.0, gt=0)
+    """Ended jobs and sweeps older than this are deleted, with the graphs nothing kept refers to."""
+    retention_jobs: int = Field(default=100_000, ge=1)
+    """Most ended jobs kept (the newest); beyond it the oldest are deleted."""
+    retention_sweeps: int = Field(default=10_000, ge=1)
+    """Most sweeps kept (the newest)."""
+    expire_interval_s: float = Field(default=60.0, gt=0)
+    """Seconds between two retention passes of each API process and worker."""
+
     log_level: str = "info"
 
     @field_validator("tokens", mode="before")
@@ -116,6 +132,10 @@ class Settings(BaseSettings):
     @property
     def auth_enabled(self) -> bool:
         return bool(self.tokens)
+
+    @property
+    def retention(self) -> Retention:
+        return Retention(self.retention_s, self.retention_jobs, self.retention_sweeps)
 
     @property
     def graph_limits(self) -> GraphLimits:

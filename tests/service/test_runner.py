@@ -36,7 +36,7 @@ def test_a_crash_reaches_the_log_but_only_its_exception_name_reaches_the_job(tmp
     store = SqliteStore(tmp_path / "jobs.sqlite3")
     job, _ = store.submit(SolveSpec("a" * 64, 100, "checkpoint-all"), graph_name="g", token=None)
     running = store.mark_running(job.id, "o")
-    config = RunnerConfig(lease_s=3, cancel_grace_s=1, threads=1, ctx=None)  # type: ignore[arg-type]
+    config = RunnerConfig(lease_s=3, cancel_grace_s=1, threads=1, max_result_bytes=2**20, ctx=None)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="remat.service"):
         final = _Supervisor(store, Claim(job.id, "o", 1), running, _CrashingChild(), config,
                             threading.Event()).run()
