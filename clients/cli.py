@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from remat.schedules import Graph, RematError, format_size, parse_size
+from remat.schedules import Graph, RematError, ScheduleEntries, format_size, parse_size
 from remat.solvers import DEFAULT_TIME_LIMIT_S, FITTING_STATUSES, STRATEGIES, solve
 
 __all__ = ["main"]
@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"seconds (default {DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap that counts as optimal")
     p.add_argument("--output", "-o", help="write the remat.result/v1 JSON here")
+    p.add_argument("--full-schedule", action="store_true",
+                   help="write the schedule with every stage's whole retained set, not only what changes")
     p.add_argument("--server", help="solve on a remat service at this URL instead of in-process")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of a summary")
     p.set_defaults(run=_solve)
@@ -147,6 +149,8 @@ def _solve(args: argparse.Namespace) -> int:
             doc = client.solve(graph, **budget, **options)
     else:
         doc = solve(graph, **budget, **options).to_json()
+    if args.full_schedule and doc.get("schedule") is not None:
+        doc["schedule"] = ScheduleEntries.from_json(graph, doc["schedule"]).to_json(graph, full=True)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(doc, f)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from remat.schedules import BackendUnavailable, Graph, InvalidRequest, JobNotFound, resolve_budget
+from remat.schedules import BackendUnavailable, Graph, InvalidRequest, JobNotFound, ScheduleEntries, resolve_budget
 from remat.solvers import Strategy, available_backends, get_strategy, sweep_budgets, sweep_strategies
 
 from . import _jobs
@@ -30,6 +31,8 @@ __all__ = ["Service"]
 
 WAIT_POLL_S = (0.01, 0.1)
 """First and longest pause between two looks at a job someone waits for."""
+FULL_SCHEDULE_MAX_IDS = 2_000_000
+"""Most node ids of a schedule's full form the API writes (about 20 MB of JSON); the compact form has no limit."""
 
 
 class Service:
@@ -74,6 +77,19 @@ class Service:
         if job.token != token:
             raise JobNotFound(job_id)
         return job
+
+    def full_schedule(self, job: Job) -> dict[str, Any] | None:
+        """The job's schedule in the full form (every stage's whole retained set), from its compact form."""
+        schedule: Mapping[str, Any] | None = (job.result or {}).get("schedule")
+        if schedule is None:
+            return None
+        graph = Graph.from_json(self.store.get_graph(job.spec.graph_sha256), limits=self.settings.graph_limits)
+        entries = ScheduleEntries.from_json(graph, schedule)
+        if entries.full_size > FULL_SCHEDULE_MAX_IDS:
+            raise InvalidRequest(f"This schedule's full form has {entries.full_size} node ids; the service writes at "
+                                 f"most {FULL_SCHEDULE_MAX_IDS}. Read the compact form (the default), whose stages "
+                                 f"list what changes.", field="schedule")
+        return entries.to_json(graph, full=True)
 
     def cancel(self, job_id: str, token: str | None) -> Job:
         """Cancel ``token``'s job (a no-op once it has ended); returns it as it stands, without its result."""

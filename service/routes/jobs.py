@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -30,11 +30,20 @@ def list_jobs(service: ServiceDep, token: TokenDep, limit: Annotated[int, Query(
     return JobList(jobs=jobs, count=len(jobs))
 
 
+ScheduleForm = Annotated[Literal["compact", "full"], Query(
+    description="'full' writes the result's schedule with every stage's whole retained set (stages x nodes ids "
+                "at worst) instead of what changes from stage to stage")]
+
+
 @router.get("/{job_id}", operation_id="get_job", response_model=JobPublic, responses=PROBLEM_RESPONSES)
-async def get_job(job_id: IdPath, service: ServiceDep, token: TokenDep) -> JSONResponse:
+async def get_job(job_id: IdPath, service: ServiceDep, token: TokenDep,
+                  schedule: ScheduleForm = "compact") -> JSONResponse:
     """Status, progress (elapsed, incumbent cost, lower bound, gap) and, once done, the result."""
     job = await run_in_threadpool(service.job, job_id, token)
-    return JSONResponse(JobPublic.of(job).model_dump(mode="json"))
+    body = JobPublic.of(job).model_dump(mode="json")
+    if schedule == "full" and body["result"] is not None:
+        body["result"]["schedule"] = await run_in_threadpool(service.full_schedule, job)
+    return JSONResponse(body)
 
 
 @router.post("/{job_id}/cancel", operation_id="cancel_job", response_model=JobPublic,
