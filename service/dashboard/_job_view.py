@@ -30,6 +30,9 @@ MAX_STEPS = 1500
 """Most points of the memory line sent to the browser."""
 TOP_NODES = 12
 """Most recomputed nodes listed by name."""
+LARGEST_FIRST_BUFFERS = 2000
+"""Plans with more buffers are laid out in plan order (linear) for their page, not largest first (quadratic:
+about a minute at 10,000 buffers)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class PlanStats:
 
 def plan_stats(graph: Graph, plan: Plan, sim: Simulation) -> PlanStats:
     """Statistics of ``plan`` (already simulated as ``sim``), including its arena layout."""
-    layout = layout_plan(graph, plan)
+    layout = layout_plan(graph, plan, largest_first_limit=LARGEST_FIRST_BUFFERS)
     extra = sim.compute_counts - 1
     extra_cost = extra * graph.cost
     order = sorted(np.flatnonzero(extra > 0).tolist(), key=lambda v: (-extra_cost[v], -extra[v]))[:TOP_NODES]
