@@ -1,4 +1,4 @@
-"""The ``remat`` command line: solve, validate, strategies, compare, profile, serve and worker.
+"""The ``remat`` command line: solve, validate, strategies, compare, profile, serve, worker and healthcheck.
 
 Every command reports failure as one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="worker name (default: random)")
     p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     p.set_defaults(run=_worker)
+
+    p = sub.add_parser("healthcheck", help="exit 0 while this container's serve or worker runs its maintenance")
+    p.add_argument("--max-age", type=float, default=60.0,
+                   help="seconds the heartbeat file (REMAT_HEARTBEAT_FILE) may be old (default 60)")
+    p.set_defaults(run=_healthcheck)
 
     p = sub.add_parser("compare", help="every strategy over a budget sweep: a table, and an HTML report with --html")
     p.add_argument("graph", help="remat.graph/v1 JSON file")
@@ -197,6 +202,14 @@ def _worker(args: argparse.Namespace) -> int:
     from remat.service import load_settings, work
 
     work(load_settings(queue_url=args.queue), burst=args.burst, name=args.name)
+    return 0
+
+
+def _healthcheck(args: argparse.Namespace) -> int:
+    from remat.service import check_heartbeat, load_settings
+
+    age = check_heartbeat(load_settings().heartbeat_file, max_age_s=args.max_age)
+    print(f"healthy: the last maintenance pass was {age:.0f} s ago")
     return 0
 
 

@@ -3,7 +3,8 @@
 Every API replica and every worker runs them (each step is safe to run in several processes at once):
 the reaper queues again, or fails, running jobs whose runner is gone; sweeps get their natural points
 once the heuristics' unconstrained runs have ended; and, every ``expire_interval_s``, what the
-retention settings no longer keep is deleted, so the store does not grow without end.
+retention settings no longer keep is deleted, so the store does not grow without end. Each pass
+ends by touching the heartbeat file, which ``remat healthcheck`` reads.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+from remat.schedules import RematError
 
 from ._jobs import Job
 from ._planner import complete_sweeps
 from ._settings import Settings
 from ._store import JobStore
 
-__all__ = ["Chores"]
+__all__ = ["Chores", "check_heartbeat"]
 
 log = logging.getLogger("remat.service")
 
@@ -31,6 +35,7 @@ class Chores:
         self.dispatch = dispatch
         self.retention = settings.retention
         self.expire_interval_s = settings.expire_interval_s
+        self.heartbeat_file = settings.heartbeat_file
         self._expired_at = -float("inf")
 
     def run(self) -> None:
@@ -46,6 +51,8 @@ class Chores:
             if expired.jobs or expired.sweeps or expired.graphs:
                 log.info("retention: %d jobs, %d sweeps and %d graphs deleted", expired.jobs, expired.sweeps,
                          expired.graphs)
+        if self.heartbeat_file is not None:
+            self.heartbeat_file.touch()
 
     def loop(self, stopping: threading.Event, interval_s: float, also: Callable[[], None] | None = None) -> None:
         """``run`` (then ``also``) every ``interval_s`` until ``stopping`` is set; an error is logged, not fatal."""
@@ -56,3 +63,16 @@ class Chores:
                     also()
             except Exception:
                 log.exception("maintenance: unexpected error; going on")
+
+
+def check_heartbeat(path: Path | None, *, max_age_s: float) -> float:
+    """The heartbeat file's age in seconds; RematError when it is missing, unset or older than ``max_age_s``."""
+    if path is None:
+        raise RematError("No heartbeat file is set (REMAT_HEARTBEAT_FILE): nothing to check.")
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        raise RematError(f"Unhealthy: {path} does not exist (maintenance has not run yet).") from None
+    if age > max_age_s:
+        raise RematError(f"Unhealthy: the last maintenance pass was {age:.0f} s ago (more than {max_age_s:g} s).")
+    return age

@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     """Most sweeps kept (the newest)."""
     expire_interval_s: float = Field(default=60.0, gt=0)
     """Seconds between two retention passes of each API process and worker."""
+    heartbeat_file: Path | None = None
+    """A file every maintenance pass touches (about every lease_s / 2): ``remat healthcheck`` reads its age (the
+    image sets it for both roles); unset, nothing is written."""
 
     log_level: str = "info"
 
