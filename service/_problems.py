@@ -60,8 +60,9 @@ _TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Meth
            413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
            500: "Internal Server Error", 503: "Service Unavailable"}
 _ATTRIBUTES = ("node", "field", "step", "stage", "job_id")
-STORE_UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, sqlite3.OperationalError)
-"""Errors of a job store that is down or locked: 503 with Retry-After, not a 500."""
+STORE_UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError,
+                                                  redis.exceptions.OutOfMemoryError, sqlite3.OperationalError)
+"""Errors of a job store that is down, locked or full (Redis at its maxmemory): 503 with Retry-After, not a 500."""
 
 _PROBLEM_SCHEMA = {
     "type": "object",
@@ -197,7 +198,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:
     log.error("job store unreachable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-    return problem(503, "The job store cannot be reached or is busy; retry shortly.", kind="store-unreachable",
+    return problem(503, "The job store cannot be reached, is busy or is full; retry shortly.", kind="store-unreachable",
                    instance=request.url.path, headers={"Retry-After": "5"})
 
 
