@@ -76,7 +76,8 @@ def test_a_token_cannot_see_another_tokens_sweeps_or_pages(server: Server):
         with pytest.raises(ServiceError, match="404"):
             bob.get_sweep(sweep["id"])
         assert httpx.get(f"{server.url}/v1/sweeps", headers={"Authorization": f"Bearer {BOB}"}).json()["count"] == 0
-    for path in (f"/dashboard/sweeps/{sweep['id']}", f"/dashboard/jobs/{job['id']}", f"/dashboard/jobs/{job['id']}/data"):
+    pages = (f"/dashboard/sweeps/{sweep['id']}", f"/dashboard/jobs/{job['id']}", f"/dashboard/jobs/{job['id']}/data")
+    for path in pages:
         assert httpx.get(server.url + path, cookies={"remat_token": BOB}).status_code == 404, path
         assert httpx.get(server.url + path, cookies={"remat_token": ALICE}).status_code == 200, path
     index = httpx.get(f"{server.url}/dashboard", cookies={"remat_token": BOB}).text
