@@ -60,7 +60,11 @@ class Settings(BaseSettings):
     solver_threads: int | None = Field(default=None, ge=1, le=256)
     """Threads each solve may use; default: the machine's cores shared between the slots."""
 
-    max_body_bytes: int = Field(default=32 * 2**20, ge=1024)
+    max_body_bytes: int = Field(default=16 * 2**20, ge=1024)
+    """Largest request body (a 20,000-node graph with 400,000 edges is about 7 MB of JSON); beyond it, 413."""
+    max_body_bytes_in_flight: int = Field(default=32 * 2**20, ge=1024)
+    """Bytes of all the request bodies the API handles at once (each costs about fifteen times its size while
+    it is parsed); a request finding no room within 10 s gets 503 with Retry-After."""
     max_nodes: int = Field(default=GraphLimits.max_nodes, ge=1)
     max_edges: int = Field(default=GraphLimits.max_edges, ge=0)
     max_time_limit_s: float = Field(default=3600.0, gt=0)
@@ -124,6 +128,13 @@ class Settings(BaseSettings):
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("queue_url must be a redis://, rediss:// or unix:// URL")
         return value
+
+    @model_validator(mode="after")
+    def _a_body_fits_the_bodies_in_flight(self) -> Settings:
+        if self.max_body_bytes > self.max_body_bytes_in_flight:
+            raise ValueError(f"max_body_bytes ({self.max_body_bytes}) must not exceed max_body_bytes_in_flight "
+                             f"({self.max_body_bytes_in_flight})")
+        return self
 
     @model_validator(mode="after")
     def _sweeps_fit_the_queue(self) -> Settings:
