@@ -23,7 +23,6 @@ import json
 import math
 import os
 import platform
-import socket
 import statistics
 import sys
 import tempfile
@@ -44,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from clock import Clock  # noqa: E402
 from factories import chain  # noqa: E402
-from processes import REDIS_URL, Processes, Server  # noqa: E402
+from processes import REDIS_URL, Processes, Server, at_once, invented_methods, memory_mb  # noqa: E402
 
 from remat.clients.http import Client  # noqa: E402
 from remat.schedules import Graph, Plan, Schedule, layout_plan, simulate  # noqa: E402
@@ -68,12 +67,6 @@ def served(**env: str) -> Iterator[Server]:
             procs.stop_all()
 
 
-def _memory_mb(pid: int, field: str) -> float:
-    """VmRSS (now) or VmHWM (peak) of a process, MB."""
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
-
-
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -93,21 +86,14 @@ def _big_body(size: int) -> bytes:
 
 def _post_all(url: str, body: bytes, headers: dict[str, str], concurrent: int) -> list[int]:
     """POST ``body`` from ``concurrent`` clients at once; their status codes (0: the connection failed)."""
-    statuses: list[int] = []
-
-    def post() -> None:
+    def post() -> int:
         try:
-            r = httpx.post(url, content=body, timeout=300, headers={"Content-Type": "application/json", **headers})
-            statuses.append(r.status_code)
+            return httpx.post(url, content=body, timeout=300,
+                              headers={"Content-Type": "application/json", **headers}).status_code
         except httpx.TransportError:
-            statuses.append(0)
+            return 0
 
-    threads = [threading.Thread(target=post) for _ in range(concurrent)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return statuses
+    return at_once([post] * concurrent)
 
 
 def bodies(concurrent: int = 10) -> list[dict[str, Any]]:
@@ -121,10 +107,10 @@ def bodies(concurrent: int = 10) -> list[dict[str, Any]]:
     for label, mib, headers, env in cases:
         body = _big_body(mib * 2**20 - 4096)
         with served(**env) as server:
-            before = _memory_mb(server.pid, "VmRSS")
+            before = memory_mb(server.pid, "VmRSS")
             started = time.perf_counter()
             statuses = _post_all(f"{server.url}/v1/solve", body, headers, concurrent)
-            rows.append({"label": label, "before": before, "peak": _memory_mb(server.pid, "VmHWM"),
+            rows.append({"label": label, "before": before, "peak": memory_mb(server.pid, "VmHWM"),
                          "statuses": statuses, "s": time.perf_counter() - started})
     return rows
 
@@ -132,24 +118,10 @@ def bodies(concurrent: int = 10) -> list[dict[str, Any]]:
 # -- 2. methods -----------------------------------------------------------------------------------
 
 
-def methods(requests: int = 10_000, connections: int = 4) -> dict[str, Any]:
+def methods(requests: int = 10_000) -> dict[str, Any]:
     with served() as server:
-        def flood(k: int) -> None:
-            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s, s.makefile("rb") as answers:
-                for i in range(requests // connections):
-                    s.sendall(f"M{k}X{i} /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                    length = 0
-                    while (line := answers.readline()) not in (b"\r\n", b""):
-                        if line.lower().startswith(b"content-length:"):
-                            length = int(line.split(b":")[1])
-                    answers.read(length)
-
         started = time.perf_counter()
-        threads = [threading.Thread(target=flood, args=(k,)) for k in range(connections)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        invented_methods(server.port, requests)
         seconds = time.perf_counter() - started
         text = httpx.get(f"{server.url}/metrics", headers=AUTH).text
     series = [line for line in text.splitlines() if line.startswith("remat_http_requests_total{")]
@@ -171,17 +143,18 @@ def _old_downsample(matrix: np.ndarray, max_side: int = 400) -> np.ndarray:
 
 
 def _traced(call: Callable[[], Any]) -> tuple[float, float]:
-    """(peak MB allocated by Python and NumPy during ``call``, seconds)."""
+    """(peak MB allocated by Python and NumPy during ``call``, seconds of a second call without tracing, which
+    slows allocation-heavy code many times)."""
     tracemalloc.start()
-    started = time.perf_counter()
     call()
-    seconds = time.perf_counter() - started
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
-    return peak, seconds
+    started = time.perf_counter()
+    call()
+    return peak, time.perf_counter() - started
 
 
-def large_results(halves: tuple[int, ...] = (5000, 9999), old_layout_up_to: int = 10_001) -> list[dict[str, Any]]:
+def large_results(halves: tuple[int, ...] = (5000, 9999)) -> list[dict[str, Any]]:
     rows = []
     for half in halves:
         graph = chain(half)
@@ -198,11 +171,9 @@ def large_results(halves: tuple[int, ...] = (5000, 9999), old_layout_up_to: int 
 
         old_mb, old_s = _traced(old_heat_maps)
         plan = Plan.from_json(graph, doc["plan"])
-        old_layout_s = None
-        if graph.size <= old_layout_up_to:
-            started = time.perf_counter()
-            layout_plan(graph, plan)
-            old_layout_s = time.perf_counter() - started
+        started = time.perf_counter()
+        layout_plan(graph, plan)
+        old_layout_s = time.perf_counter() - started
         rows.append({"nodes": graph.size, "plan_steps": len(plan), "compact": len(compact), "full": full_bytes,
                      "page_mb": page_mb, "page_s": page_s, "old_mb": old_mb, "old_s": old_s,
                      "old_layout_s": old_layout_s, "peak": simulate(graph, plan).peak_memory})
@@ -332,13 +303,13 @@ def _print_large(rows: list[dict[str, Any]]) -> None:
           "page data now: peak MB / s | heat maps as before: peak MB / s | largest-first layout as before (s) |")
     print("|---:|---:|---:|---:|---:|---|---|---:|")
     for r in rows:
-        old_layout = f"{r['old_layout_s']:.1f}" if r["old_layout_s"] is not None else "not run"
         print(f"| {r['nodes']:,} | {r['plan_steps']:,} | {r['compact'] / 2**20:.2f} | {r['full'] / 2**20:.1f} | "
               f"{r['full'] / r['compact']:.0f}x | {r['page_mb']:.0f} / {r['page_s']:.1f} | "
-              f"{r['old_mb']:.0f} / {r['old_s']:.1f} | {old_layout} |")
-    print("\n(Page data: `job_figures`, the heat maps from the compact schedule's runs, the memory line, the "
-          "recomputations and a plan-order layout, traced with tracemalloc. Before: the full schedule into dense "
-          "R and S, each padded into int64 and summed by blocks; the layout largest first.)\n")
+              f"{r['old_mb']:.0f} / {r['old_s']:.1f} | {r['old_layout_s']:.1f} |")
+    print("\n(Page data: `job_figures`: the heat maps from the compact schedule's runs, the memory line, the "
+          "recomputations and a plan-order layout; peak traced with tracemalloc, time from a run without it. Before: "
+          "the full schedule into dense R and S, each padded into int64 and summed by blocks; and the page laid the "
+          "plan out largest first.)\n")
 
 
 def _print_healthz(r: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 import redis
 from attack_payloads import Gadget
 from factories import chain
-from processes import REDIS_URL, Processes, Server, wait_until
+from processes import REDIS_URL, Processes, Server, at_once, invented_methods, memory_mb, wait_until
 from rq import Callback, Queue
 from rq.serializers import JSONSerializer
 from rq.webhook import Webhook
@@ -29,12 +28,6 @@ from remat.service._cluster import PERFORM
 ALICE = "alice-" + "a" * 26
 BOB = "bob-" + "b" * 28
 TESTS = Path(__file__).resolve().parents[1]
-
-
-def _rss_mb(pid: int) -> float:
-    """The process's resident memory, MB."""
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
 @pytest.fixture
@@ -98,36 +91,17 @@ def test_a_body_without_a_token_is_refused_before_it_is_read(server: Server):
                 pass  # the server may close the connection
             return answer
 
-    before = _rss_mb(server.pid)
-    answers: list[bytes] = []
-    threads = [threading.Thread(target=lambda: answers.append(attack())) for _ in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    before = memory_mb(server.pid)
+    answers = at_once([attack] * 10)
     assert len(answers) == 10 and all(a.startswith(b"HTTP/1.1 401") for a in answers), answers
-    assert _rss_mb(server.pid) - before < 20
+    assert memory_mb(server.pid) - before < 20
     login = httpx.post(f"{server.url}/dashboard/login", content=b"token=" + b"x" * 2**20,
                        headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert login.status_code == 413
 
 
 def test_invented_http_methods_add_no_metric_series(server: Server):
-    def flood(k: int) -> None:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s, s.makefile("rb") as answers:
-            for i in range(2500):
-                s.sendall(f"M{k}X{i} /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                length = 0
-                while (line := answers.readline()) not in (b"\r\n", b""):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                answers.read(length)
-
-    threads = [threading.Thread(target=flood, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    invented_methods(server.port, 10_000)
     text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {ALICE}"}).text
     series = [line for line in text.splitlines() if line.startswith("remat_http_requests_total{")]
     assert 'remat_http_requests_total{method="other",route="unmatched",status="401"} 10000.0' in series
@@ -169,7 +143,7 @@ def test_nothing_put_on_the_queue_runs_but_remat_tickets(processes: Processes, r
 @pytest.mark.slow
 def test_a_10000_node_result_and_its_job_page_stay_within_a_few_megabytes(server: Server):
     graph = chain(5000)  # 10,001 nodes
-    before = _rss_mb(server.pid)
+    before = memory_mb(server.pid)
     with Client(server.url, token=ALICE, timeout_s=120) as alice:
         job = alice.wait(alice.submit(graph, budget_ratio=1.0, strategy="checkpoint-all")["id"], timeout_s=300)
         assert job["status"] == "succeeded" and job["result"]["status"] == "feasible"
@@ -181,7 +155,7 @@ def test_a_10000_node_result_and_its_job_page_stay_within_a_few_megabytes(server
     assert len(answer.content) < 3 * 2**20 and len(page.content) < 3 * 2**20
     assert full.status_code == 422 and "compact form" in full.json()["detail"]  # 25 million ids, refused
     assert json.loads(answer.content)["result"]["schedule"]["encoding"] == "changes"
-    assert _rss_mb(server.pid) - before < 300  # the dense n x n heat maps alone were 1.6 GB
+    assert memory_mb(server.pid) - before < 300  # the dense n x n heat maps alone were 1.6 GB
 
 
 @pytest.mark.parametrize("mode", ["embedded", pytest.param("cluster", marks=pytest.mark.redis)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 from clock import Clock
-from processes import REDIS_URL
+from processes import REDIS_URL, at_once
 
 from remat.schedules import JobNotFound
 from remat.service import Claim, JobStatus, JobStore, RedisStore, SolveSpec, SqliteStore, Sweep, SweepPoint, _jobs
@@ -149,11 +148,7 @@ def test_only_one_of_many_concurrent_claims_wins(store: JobStore):
         if store.mark_running(job.id, f"o{i}") is not None:
             wins.append(i)
 
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    at_once([lambda i=i: claim(i) for i in range(8)])
     assert len(wins) == 1 and store.get(job.id).owner == f"o{wins[0]}"
 
 
