@@ -26,6 +26,8 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 WAIT_S = 7200.0
 """How long ``wait`` (and so ``solve`` and ``result``) polls a job by default: the service's longest solve
 (an hour by default) with as long again to wait in the queue. ``timeout_s=None`` waits for good."""
+SWEEP_WAIT_S = 86400.0
+"""How long ``wait_sweep`` polls by default: a day (a sweep is hundreds of solves)."""
 LONGEST_POLL_S = 5.0
 """Polls start ``poll_s`` apart and back off to this."""
 RETRY_STATUSES = (429, 503)
@@ -181,16 +183,19 @@ class Client:
         return sweep
 
     def wait_sweep(self, sweep_id: str, *, poll_s: float = 1.0, summary: bool = False,
+                   timeout_s: float | None = SWEEP_WAIT_S,
                    on_poll: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Poll the sweep (results summarized) until every job has ended; then the sweep, as get_sweep.
+        """Poll the sweep (results summarized) until every job has ended, or for ``timeout_s`` (None: however
+        long it takes); then the sweep, as get_sweep.
 
         ``on_poll`` sees each polled document (statuses and counts so far), the last one included.
         """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             doc = self.get_sweep(sweep_id, summary=True)
             if on_poll is not None:
                 on_poll(doc)
-            if doc["status"] in TERMINAL:
+            if doc["status"] in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
                 return doc if summary else self.get_sweep(sweep_id)
             time.sleep(poll_s)
 
