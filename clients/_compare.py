@@ -59,7 +59,8 @@ def compare_on(client: Client, graph: Graph, *, strategies: Sequence[str] | None
             report(f"sweep {doc['id'][:12]}: {line}")
             said = line
 
-    doc = client.wait_sweep(started["id"], poll_s=poll_s, summary=True, on_poll=progress)
+    # remat compare prints the progress of every poll: it may wait for as long as the sweep takes
+    doc = client.wait_sweep(started["id"], poll_s=poll_s, summary=True, timeout_s=None, on_poll=progress)
     return doc["id"], _view_of(graph, doc)
 
 

@@ -1,4 +1,4 @@
-"""The ``remat`` command line: solve, validate, strategies, compare, profile, serve and worker.
+"""The ``remat`` command line: solve, validate, strategies, compare, profile, serve, worker and healthcheck.
 
 Every command reports failure as one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from remat.schedules import Graph, RematError, format_size, parse_size
+from remat.schedules import Graph, RematError, ScheduleEntries, format_size, parse_size
 from remat.solvers import DEFAULT_TIME_LIMIT_S, FITTING_STATUSES, STRATEGIES, solve
 
 __all__ = ["main"]
@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"seconds (default {DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap that counts as optimal")
     p.add_argument("--output", "-o", help="write the remat.result/v1 JSON here")
+    p.add_argument("--full-schedule", action="store_true",
+                   help="write the schedule with every stage's whole retained set, not only what changes")
     p.add_argument("--server", help="solve on a remat service at this URL instead of in-process")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of a summary")
     p.set_defaults(run=_solve)
@@ -69,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="where the embedded job store lives (default ~/.local/share/remat)")
     p.add_argument("--queue", metavar="URL", help="redis://HOST:PORT/DB: cluster mode, solves run on `remat worker`s")
     p.add_argument("--slots", type=int, help="solves the embedded executor runs at once (REMAT_SLOTS)")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="serve without tokens on an address other machines can reach (REMAT_INSECURE)")
     p.set_defaults(run=_serve)
 
     p = sub.add_parser("worker", help="run solves from a Redis queue (cluster mode)")
@@ -76,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="worker name (default: random)")
     p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     p.set_defaults(run=_worker)
+
+    p = sub.add_parser("healthcheck", help="exit 0 while this container's serve or worker runs its maintenance")
+    p.add_argument("--max-age", type=float, default=60.0,
+                   help="seconds the heartbeat file (REMAT_HEARTBEAT_FILE) may be old (default 60)")
+    p.set_defaults(run=_healthcheck)
 
     p = sub.add_parser("compare", help="every strategy over a budget sweep: a table, and an HTML report with --html")
     p.add_argument("graph", help="remat.graph/v1 JSON file")
@@ -145,6 +154,8 @@ def _solve(args: argparse.Namespace) -> int:
             doc = client.solve(graph, **budget, **options)
     else:
         doc = solve(graph, **budget, **options).to_json()
+    if args.full_schedule and doc.get("schedule") is not None:
+        doc["schedule"] = ScheduleEntries.from_json(graph, doc["schedule"]).to_json(graph, full=True)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(doc, f)
@@ -183,7 +194,7 @@ def _serve(args: argparse.Namespace) -> int:
     from remat.service import load_settings, serve
 
     serve(load_settings(host=args.host, port=args.port, data_dir=args.data_dir, queue_url=args.queue,
-                        slots=args.slots))
+                        slots=args.slots, insecure=args.insecure))
     return 0
 
 
@@ -191,6 +202,14 @@ def _worker(args: argparse.Namespace) -> int:
     from remat.service import load_settings, work
 
     work(load_settings(queue_url=args.queue), burst=args.burst, name=args.name)
+    return 0
+
+
+def _healthcheck(args: argparse.Namespace) -> int:
+    from remat.service import check_heartbeat, load_settings
+
+    age = check_heartbeat(load_settings().heartbeat_file, max_age_s=args.max_age)
+    print(f"healthy: the last maintenance pass was {age:.0f} s ago")
     return 0
 
 

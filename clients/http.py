@@ -23,6 +23,15 @@ from remat.schedules import Graph, RematError
 __all__ = ["Client", "ServiceError"]
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+WAIT_S = 7200.0
+"""How long ``wait`` (and so ``solve`` and ``result``) polls a job by default: the service's longest solve
+(an hour by default) with as long again to wait in the queue. ``timeout_s=None`` waits for good."""
+SWEEP_WAIT_S = 86400.0
+"""How long ``wait_sweep`` polls by default: a day (a sweep is hundreds of solves)."""
+LONGEST_POLL_S = 5.0
+"""Polls start ``poll_s`` apart and back off to this."""
+RETRY_STATUSES = (429, 503)
+"""Refusals for lack of room: retried after their Retry-After, within the client's ``retry_s``."""
 
 
 class ServiceError(RematError):
@@ -45,12 +54,16 @@ class Client:
         Bearer token; default ``$REMAT_TOKEN`` when set.
     timeout_s : float
         Seconds for one HTTP exchange (a long solve is polled, not waited for in one request).
+    retry_s : float
+        How long a request refused for lack of room (429, 503) is tried again, each time after the
+        server's ``Retry-After``; 0: never (the ServiceError comes at once).
     """
 
-    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 30.0, retry_s: float = 60.0) -> None:
         token = token if token is not None else os.environ.get("REMAT_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.retry_s = retry_s
 
     def __enter__(self) -> Client:
         return self
@@ -97,18 +110,28 @@ class Client:
         job: dict[str, Any] = self._request("GET", f"/v1/jobs/{job_id}").json()
         return job
 
-    def wait(self, job_id: str, *, timeout_s: float | None = None, poll_s: float = 0.5) -> dict[str, Any]:
-        """The job once it has ended (or as it stands after ``timeout_s``)."""
+    def wait(self, job_id: str, *, timeout_s: float | None = WAIT_S, poll_s: float = 0.5) -> dict[str, Any]:
+        """The job once it has ended, or as it stands after ``timeout_s`` (None: however long it takes).
+
+        Polls start ``poll_s`` apart and back off to LONGEST_POLL_S.
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pause = poll_s
         while True:
             job = self.job(job_id)
-            if job["status"] in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
+            left = None if deadline is None else deadline - time.monotonic()
+            if job["status"] in TERMINAL or (left is not None and left <= 0):
                 return job
-            time.sleep(poll_s)
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 1.5, max(poll_s, LONGEST_POLL_S))
 
-    def result(self, job_id: str) -> dict[str, Any]:
-        """The job's remat.result/v1 once it has ended; ServiceError when it ended without one."""
-        job = self.wait(job_id)
+    def result(self, job_id: str, *, timeout_s: float | None = WAIT_S) -> dict[str, Any]:
+        """The job's remat.result/v1 once it has ended; ServiceError when it ended without one, or has not
+        ended within ``timeout_s``."""
+        job = self.wait(job_id, timeout_s=timeout_s)
+        if job["status"] not in TERMINAL:
+            raise ServiceError(f"Job {job_id} has not ended within {timeout_s:g} s (it is {job['status']}); "
+                               f"wait for it with Client.wait or Client.result.", status=0, problem=job)
         if job["result"] is None:
             raise ServiceError(f"Job {job_id} {job['status']}: {job['error'] or 'no result'}", status=0,
                                problem=job)
@@ -160,16 +183,19 @@ class Client:
         return sweep
 
     def wait_sweep(self, sweep_id: str, *, poll_s: float = 1.0, summary: bool = False,
+                   timeout_s: float | None = SWEEP_WAIT_S,
                    on_poll: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Poll the sweep (results summarized) until every job has ended; then the sweep, as get_sweep.
+        """Poll the sweep (results summarized) until every job has ended, or for ``timeout_s`` (None: however
+        long it takes); then the sweep, as get_sweep.
 
         ``on_poll`` sees each polled document (statuses and counts so far), the last one included.
         """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             doc = self.get_sweep(sweep_id, summary=True)
             if on_poll is not None:
                 on_poll(doc)
-            if doc["status"] in TERMINAL:
+            if doc["status"] in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
                 return doc if summary else self.get_sweep(sweep_id)
             time.sleep(poll_s)
 
@@ -179,8 +205,15 @@ class Client:
         return listing
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        with self._unreachable_as_service_error():
-            response = self._http.request(method, path, **kwargs)
+        """The response; a refusal for lack of room is tried again after its Retry-After, within ``retry_s``."""
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            with self._unreachable_as_service_error():
+                response = self._http.request(method, path, **kwargs)
+            pause = _retry_after(response)
+            if pause is None or time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)
         _raise_for_problem(response)
         return response
 
@@ -207,6 +240,14 @@ def _raise_for_problem(response: httpx.Response, *, streamed: bool = False) -> N
     else:
         problem, detail = {}, response.text[:500] or response.reason_phrase
     raise ServiceError(f"{response.status_code} {detail}", status=response.status_code, problem=problem)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds the server asks to wait before trying a refused request again (429, 503), else None."""
+    value = response.headers.get("Retry-After", "")
+    if response.status_code not in RETRY_STATUSES or not value.isdigit():
+        return None
+    return float(value)
 
 
 def _graph_doc(graph: Graph | Mapping[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ._errors import (
 from ._graph import GRAPH_FORMAT, MAX_TOTAL_BYTES, Graph, GraphLimits, Kind, Node
 from ._layout import Buffer, Layout, layout_plan
 from ._plan import Op, Plan, Simulation, checkpoint_all_plan, simulate
-from ._schedule import Schedule, checkpoint_all_schedule, plan_from_schedule, recompute_closure
+from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
 
 __all__ = [
     "GRAPH_FORMAT",
@@ -41,6 +41,7 @@ __all__ = [
     "Plan",
     "RematError",
     "Schedule",
+    "ScheduleEntries",
     "Simulation",
     "SolverFailed",
     "StrategyNotApplicable",

@@ -50,8 +50,9 @@ class Layout:
         return self.activation_peak / self.arena_size if self.arena_size else 1.0
 
 
-def layout_plan(graph: Graph, plan: Plan) -> Layout:
-    """Place every buffer of ``plan`` (which must be valid) in one arena.
+def layout_plan(graph: Graph, plan: Plan, *, largest_first_limit: int | None = None) -> Layout:
+    """Place every buffer of ``plan`` (which must be valid) in one arena: largest first up to
+    ``largest_first_limit`` buffers (default ``SIZE_ORDER_LIMIT``), in plan order beyond.
 
     Examples
     --------
@@ -66,7 +67,8 @@ def layout_plan(graph: Graph, plan: Plan) -> Layout:
     """
     sim = simulate(graph, plan)
     lifetimes = _lifetimes(graph, plan)
-    place = _by_size if len(lifetimes) <= SIZE_ORDER_LIMIT else _in_plan_order
+    limit = SIZE_ORDER_LIMIT if largest_first_limit is None else largest_first_limit
+    place = _by_size if len(lifetimes) <= limit else _in_plan_order
     offsets = place(lifetimes)
     buffers = tuple(
         Buffer(node=node, start=start, end=end, size=size, offset=offsets[k])

@@ -3,6 +3,17 @@
 Stage t exists to compute node t for the first time (the "frontier-advancing" form of the
 Checkmate paper, section 4). ``R[t, i]``: node i is computed in stage t; ``S[t, i]``: node i is
 resident at the start of stage t. Within a stage, nodes run in index order.
+
+A schedule has two JSON forms. The compact one (``"encoding": "changes"``, what results carry) lists
+each stage's computes and the changes to what is retained::
+
+    {"encoding": "changes", "stages": [{"compute": [ids], "keep": [ids], "drop": [ids]}, ...]}
+
+``keep`` names the values retained from this stage on that were not at the previous one, ``drop``
+those retained at the previous stage that are not any more (both may be left out when empty); its
+size grows with the plan. The full form (DESIGN.md's) lists every stage's whole retained set,
+``{"stages": [{"compute": [ids], "retain": [ids]}, ...]}``, stages x nodes entries at worst.
+:class:`ScheduleEntries` reads and writes both without the dense matrices.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from ._plan import Op, Plan
 
 __all__ = [
     "Schedule",
+    "ScheduleEntries",
     "checkpoint_all_schedule",
     "plan_from_schedule",
     "recompute_closure",
@@ -43,39 +55,159 @@ class Schedule:
         """How many stages (one per node of its graph)."""
         return int(self.R.shape[0])
 
-    def to_json(self, graph: Graph) -> dict[str, Any]:
-        """``{"stages": [{"compute": [ids], "retain": [ids]}, ...]}``."""
-        ids = graph.ids
-        return {
-            "stages": [
-                {"compute": [ids[i] for i in np.flatnonzero(r)], "retain": [ids[i] for i in np.flatnonzero(s)]}
-                for r, s in zip(self.R, self.S, strict=True)
-            ]
-        }
+    def to_json(self, graph: Graph, *, full: bool = False) -> dict[str, Any]:
+        """The compact JSON form (see the module), or with ``full`` every stage's whole retained set."""
+        return ScheduleEntries.of(self).to_json(graph, full=full)
 
     @classmethod
     def from_json(cls, graph: Graph, doc: Any) -> Schedule:
-        """Read the JSON form; every stage lists node ids of ``graph``."""
-        stages = doc.get("stages") if isinstance(doc, dict) else None
-        if not isinstance(stages, list) or len(stages) != graph.size:
-            raise InvalidSchedule(f"A schedule must have 'stages': a list of {graph.size} stages, one per node.")
-        R = np.zeros((graph.size, graph.size), dtype=bool)
-        S = np.zeros_like(R)
-        for t, stage in enumerate(stages):
-            for key, matrix in (("compute", R), ("retain", S)):
-                names = stage.get(key, []) if isinstance(stage, dict) else None
-                if not isinstance(names, list):
-                    raise InvalidSchedule(f"Stage {t}: {key!r} must be a list of node ids.", stage=t)
-                for name in names:
-                    if not isinstance(name, str) or name not in graph.index:
-                        raise InvalidSchedule(f"Stage {t}: {name!r} is not a node of the graph.", stage=t)
-                    matrix[t, graph.index[name]] = True
-        return cls(R, S)
+        """Read either JSON form; every stage lists node ids of ``graph``."""
+        return ScheduleEntries.from_json(graph, doc).dense()
 
     @property
     def compute_count(self) -> int:
         """How many computations R holds, recomputations included."""
         return int(self.R.sum())
+
+
+@dataclass(frozen=True, eq=False)
+class ScheduleEntries:
+    """A schedule as its set entries: R's (stage, node) pairs, and S as runs, node ``retain_node[k]``
+    retained from stage ``retain_start[k]`` up to (not including) ``retain_end[k]``. Reading, writing
+    and drawing it costs time and memory in proportion to its entries, not stages x nodes."""
+
+    stages: int
+    compute_stage: np.ndarray
+    compute_node: np.ndarray
+    retain_node: np.ndarray
+    retain_start: np.ndarray
+    retain_end: np.ndarray
+
+    @property
+    def full_size(self) -> int:
+        """Node ids in the full JSON form: every compute plus every retained (stage, node)."""
+        return len(self.compute_node) + int((self.retain_end - self.retain_start).sum())
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleEntries:
+        stage, node = np.nonzero(schedule.R)
+        starts: list[tuple[list[int], int]] = []
+        ends: list[tuple[int, int]] = []
+        before = np.zeros(schedule.stages, dtype=bool)
+        for t, row in enumerate(schedule.S):
+            changed = row ^ before
+            starts.append((np.flatnonzero(changed & row).tolist(), t))
+            ends += [(v, t) for v in np.flatnonzero(changed & before).tolist()]
+            before = row
+        return cls._of_runs(schedule.stages, stage, node, starts, ends)
+
+    @classmethod
+    def _of_runs(cls, stages: int, stage: np.ndarray, node: np.ndarray, starts: list[tuple[list[int], int]],
+                 ends: list[tuple[int, int]]) -> ScheduleEntries:
+        """From the runs' starts ((nodes, stage), in stage order) and ends ((node, stage), in stage order, each
+        closing its node's oldest open run; a run left open lasts to the last stage)."""
+        run_node = np.array([v for nodes, _ in starts for v in nodes], dtype=np.int64)
+        run_start = np.array([t for nodes, t in starts for _ in nodes], dtype=np.int64)
+        open_runs: dict[int, list[int]] = {}
+        for k, v in enumerate(run_node.tolist()):
+            open_runs.setdefault(v, []).append(k)
+        run_end = np.full(len(run_node), stages, dtype=np.int64)
+        for v, t in ends:
+            run_end[open_runs[v].pop(0)] = t
+        return cls(stages, np.asarray(stage, dtype=np.int64), np.asarray(node, dtype=np.int64), run_node,
+                   run_start, run_end)
+
+    def dense(self) -> Schedule:
+        """The R and S matrices (stages x nodes booleans)."""
+        R = np.zeros((self.stages, self.stages), dtype=bool)
+        R[self.compute_stage, self.compute_node] = True
+        S = np.zeros_like(R)
+        for v, a, b in zip(self.retain_node.tolist(), self.retain_start.tolist(), self.retain_end.tolist(),
+                           strict=True):
+            S[a:b, v] = True
+        return Schedule(R, S)
+
+    def to_json(self, graph: Graph, *, full: bool = False) -> dict[str, Any]:
+        """The compact JSON form, or the full one (see the module)."""
+        ids = graph.ids
+        computes = _by_stage(self.stages, self.compute_stage, self.compute_node)
+        kept = _by_stage(self.stages, self.retain_start, self.retain_node)
+        dropped = _by_stage(self.stages + 1, self.retain_end, self.retain_node)  # the last: runs to the end
+        if full:
+            retained = np.zeros(self.stages, dtype=bool)
+            stages = []
+            for t in range(self.stages):
+                retained[dropped[t]] = False
+                retained[kept[t]] = True
+                stages.append({"compute": [ids[i] for i in computes[t]],
+                               "retain": [ids[i] for i in np.flatnonzero(retained)]})
+            return {"stages": stages}
+        stages = []
+        for t in range(self.stages):
+            stage: dict[str, list[str]] = {"compute": [ids[i] for i in computes[t]]}
+            if len(kept[t]):
+                stage["keep"] = [ids[i] for i in kept[t]]
+            if len(dropped[t]):
+                stage["drop"] = [ids[i] for i in dropped[t]]
+            stages.append(stage)
+        return {"encoding": "changes", "stages": stages}
+
+    @classmethod
+    def from_json(cls, graph: Graph, doc: Any) -> ScheduleEntries:
+        """Read either JSON form of a schedule of ``graph``; InvalidSchedule names the stage of what is wrong."""
+        stages = doc.get("stages") if isinstance(doc, dict) else None
+        if not isinstance(stages, list) or len(stages) != graph.size:
+            raise InvalidSchedule(f"A schedule must have 'stages': a list of {graph.size} stages, one per node.")
+        encoding = doc.get("encoding", "full")
+        if encoding not in ("full", "changes"):
+            raise InvalidSchedule(f"A schedule's 'encoding' is 'changes', or left out for the full form; "
+                                  f"got {encoding!r}.")
+        compute_stage: list[int] = []
+        compute_node: list[int] = []
+        starts: list[tuple[list[int], int]] = []
+        ends: list[tuple[int, int]] = []
+        retained: set[int] = set()
+        for t, stage in enumerate(stages):
+            nodes = _node_list(graph, stage, "compute", t)
+            compute_node += nodes
+            compute_stage += [t] * len(nodes)
+            if encoding == "full":
+                now = set(_node_list(graph, stage, "retain", t))
+                kept, dropped = sorted(now - retained), sorted(retained - now)
+            else:
+                kept, dropped = _node_list(graph, stage, "keep", t), _node_list(graph, stage, "drop", t)
+                _check_changes(graph, t, retained, kept, dropped)
+            ends += [(v, t) for v in dropped]
+            retained.difference_update(dropped)
+            retained.update(kept)
+            starts.append((kept, t))
+        return cls._of_runs(graph.size, np.array(compute_stage), np.array(compute_node), starts, ends)
+
+
+def _node_list(graph: Graph, stage: Any, key: str, t: int) -> list[int]:
+    """The node indices a stage lists under ``key`` (once each, in order); [] when it leaves the key out."""
+    names = stage.get(key, []) if isinstance(stage, dict) else None
+    if not isinstance(names, list):
+        raise InvalidSchedule(f"Stage {t}: {key!r} must be a list of node ids.", stage=t)
+    for name in names:
+        if not isinstance(name, str) or name not in graph.index:
+            raise InvalidSchedule(f"Stage {t}: {name!r} is not a node of the graph.", stage=t)
+    return list(dict.fromkeys(graph.index[name] for name in names))
+
+
+def _check_changes(graph: Graph, t: int, retained: set[int], kept: list[int], dropped: list[int]) -> None:
+    for v in kept:
+        if v in retained:
+            raise InvalidSchedule(f"Stage {t}: 'keep' names {graph.ids[v]!r}, which is already retained.", stage=t)
+    for v in dropped:
+        if v not in retained:
+            raise InvalidSchedule(f"Stage {t}: 'drop' names {graph.ids[v]!r}, which is not retained.", stage=t)
+
+
+def _by_stage(stages: int, stage: np.ndarray, node: np.ndarray) -> list[np.ndarray]:
+    """``node`` split by ``stage`` into one array per stage (nodes ascending within a stage)."""
+    order = np.lexsort((node, stage))
+    return np.split(node[order], np.searchsorted(stage[order], np.arange(1, stages)))
 
 
 def checkpoint_all_schedule(graph: Graph) -> Schedule:

@@ -12,6 +12,7 @@ from ._errors import QueueFull, QueueUnreachable, TooManyJobs, Unauthorized
 from ._executor import Executor, open_executor
 from ._jobs import Claim, Job, JobStatus, SolveSpec, reusable
 from ._local import LocalExecutor
+from ._maintenance import check_heartbeat
 from ._redis import RedisStore
 from ._serve import load_settings, serve, work
 from ._settings import Settings
@@ -37,6 +38,7 @@ __all__ = [
     "SweepPoint",
     "TooManyJobs",
     "Unauthorized",
+    "check_heartbeat",
     "create_app",
     "load_settings",
     "open_executor",

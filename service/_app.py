@@ -9,12 +9,13 @@ from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import routes
-from ._auth import TokenCheck
+from ._auth import Authenticate, TokenCheck
+from ._bodies import BodyLimit
 from ._deps import require_token
 from ._executor import open_executor
 from ._jobs import remat_version
 from ._metrics import Metrics, count_requests
-from ._problems import BodyLimit, install_problem_handlers
+from ._problems import install_problem_handlers
 from ._service import Service
 from ._settings import Settings
 
@@ -40,7 +41,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   separate_input_output_schemas=False)
     app.state.token_check = TokenCheck(settings.tokens)
     install_problem_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # innermost: the endpoint reads through it
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,  # innermost: the endpoint reads through it
+                       max_in_flight_bytes=settings.max_body_bytes_in_flight, retry_after_s=settings.retry_after_s)
+    app.add_middleware(Authenticate, check=app.state.token_check)  # outside it: no body is read before the token
     app.middleware("http")(count_requests)
     app.include_router(routes.health)
     app.include_router(routes.dashboard)

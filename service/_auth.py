@@ -1,7 +1,9 @@
 """Optional bearer-token authentication: off when no token is configured.
 
 Tokens are compared as SHA-256 digests in constant time; a request is known afterwards only by a
-short hash of its token (the id that per-token limits count), so no token is ever stored or logged.
+short hash of its token (the id that owns its jobs and that per-token limits count), so no token is
+ever stored or logged. :class:`Authenticate` checks the API's requests from their headers alone,
+before any body is read.
 """
 
 from __future__ import annotations
@@ -11,10 +13,18 @@ import hmac
 from collections.abc import Sequence
 
 from pydantic import SecretStr
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._errors import Unauthorized
+from ._problems import problem
 
-__all__ = ["TokenCheck", "token_id"]
+__all__ = ["TOKEN_STATE", "Authenticate", "TokenCheck", "token_id"]
+
+TOKEN_STATE = "remat_token"
+"""Key of the request state under which :class:`Authenticate` leaves the caller's token id."""
+API_PATHS = ("/v1/", "/metrics")
+"""Paths (prefixes) that need a bearer token: the API and the metrics."""
 
 
 def token_id(token: str) -> str:
@@ -44,3 +54,27 @@ class TokenCheck:
         if not any(hmac.compare_digest(digest, known) for known in self._digests):
             raise Unauthorized("The bearer token is not valid for this server.")
         return token_id(token)
+
+
+class Authenticate:
+    """ASGI middleware: a request to the API (``API_PATHS``) without a valid token gets 401 at once.
+
+    Only the ``Authorization`` header is read, so the body of a refused request is never received,
+    parsed or buffered beyond what the server holds for any connection. An accepted request carries
+    its token id in the request state (``TOKEN_STATE``; None when authentication is off).
+    """
+
+    def __init__(self, app: ASGIApp, check: TokenCheck) -> None:
+        self.app = app
+        self.check = check
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(API_PATHS):
+            try:
+                token = self.check(Headers(scope=scope).get("authorization"))
+            except Unauthorized as e:
+                await problem(401, str(e), kind="unauthorized", instance=scope["path"],
+                              headers={"WWW-Authenticate": 'Bearer realm="remat"'})(scope, receive, send)
+                return
+            scope.setdefault("state", {})[TOKEN_STATE] = token
+        await self.app(scope, receive, send)

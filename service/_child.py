@@ -12,6 +12,7 @@ so it must not fork itself), which makes starting a solve cheap.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -32,7 +33,8 @@ from ._jobs import SolveSpec
 __all__ = ["SolverProcess", "solver_context"]
 
 Message = tuple[str, Any]
-"""("progress", Progress JSON), ("result", remat.result/v1) or ("error", text)."""
+"""("progress", Progress JSON), ("result", remat.result/v1), ("error", a sentence for the job's caller) or
+("crash", a traceback for the server's log only)."""
 
 
 def solver_context() -> ForkServerContext:
@@ -47,11 +49,11 @@ def solver_context() -> ForkServerContext:
 class SolverProcess:
     """A running solve in a child process group, seen from the parent."""
 
-    def __init__(self, spec: SolveSpec, graph_doc: Mapping[str, Any], *, threads: int,
+    def __init__(self, spec: SolveSpec, graph_doc: Mapping[str, Any], *, threads: int, max_result_bytes: int,
                  ctx: ForkServerContext) -> None:
         self._conn, child_conn = ctx.Pipe(duplex=True)
-        self._process = ctx.Process(target=_main, args=(child_conn, asdict(spec), graph_doc, threads),
-                                    name=f"remat-solve-{spec.job_id[:12]}")
+        self._process = ctx.Process(target=_main, args=(child_conn, asdict(spec), graph_doc, threads, max_result_bytes),
+                                    name=f"remat-solve-{spec.key[:12]}")
         self._process.start()
         child_conn.close()
         self._eof = False
@@ -119,7 +121,8 @@ class SolverProcess:
 # -- the child ------------------------------------------------------------------------------------
 
 
-def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any], threads: int) -> None:
+def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any], threads: int,
+          max_result_bytes: int) -> None:
     os.setpgid(0, 0)
     stop, finished = threading.Event(), threading.Event()
     _stop_on_sigterm(stop)
@@ -130,13 +133,24 @@ def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any],
                        backend=spec.backend, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap,
                        threads=threads, on_progress=lambda p: conn.send(("progress", p.to_json())),
                        stop_event=stop)
-        message: Message = ("result", result.to_json())
+        message: Message = _result_message(result.to_json(), max_result_bytes)
     except RematError as e:
         message = ("error", f"{type(e).__name__}: {e}")
     except Exception:
-        message = ("error", traceback.format_exc(limit=20))
+        message = ("crash", traceback.format_exc(limit=20))
     finished.set()
     conn.send(message)
+
+
+def _result_message(result: dict[str, Any], max_bytes: int) -> Message:
+    """("result", result), or an error saying why a result over ``max_bytes`` of JSON cannot be stored."""
+    size = len(json.dumps(result))
+    if size <= max_bytes:
+        return ("result", result)
+    steps = len(result.get("plan") or ())
+    return ("error", f"The result is {size} bytes of JSON (a plan of {steps} steps), over this server's limit of "
+                     f"{max_bytes} (REMAT_MAX_RESULT_BYTES); solve this graph in-process with `remat solve`, or "
+                     f"choose a strategy that recomputes less.")
 
 
 def _stop_on_sigterm(stop: threading.Event) -> None:

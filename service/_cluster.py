@@ -1,11 +1,15 @@
-"""Cluster mode: jobs in Redis (:class:`RedisStore`), delivered by RQ to ``remat worker`` processes.
+"""Cluster mode: jobs in Redis (:class:`RedisStore`), run by ``remat worker`` processes that RQ wakes.
 
-RQ only delivers work: a message carries a job id, and the store stays the source of truth. A
-worker claims the job, runs it with the same runner as the embedded executor (one child process
+RQ only delivers tickets: a message says "claim the next job", nothing else, and the store stays the
+source of truth (and chooses the job, fairly between tokens). A ticket is data, never code: messages
+are JSON (RQ's JSONSerializer, so nothing is unpickled, in the API or in a worker), and a worker
+runs one only when it names :func:`perform` without arguments (:class:`Ticket`); any other message,
+pickled or naming another function, callbacks or webhooks, is refused without running anything.
+
+A worker claims a job, runs it with the same runner as the embedded executor (one child process
 group per solve) and renews its lease while it runs. Every API replica and every worker runs the
-same maintenance: the reaper takes back running jobs whose lease ran out (a worker killed in the
-middle of a solve) and queues them again or fails them, and queued jobs that have no live RQ
-message (an API that died between the two writes, a worker that died before claiming) get one.
+same maintenance (:class:`~remat.service._maintenance.Chores`), and the queue executor also sends
+tickets for queued jobs that have none (an API that died between the two writes).
 """
 
 from __future__ import annotations
@@ -13,59 +17,107 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
-from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job as RQJob
-from rq.job import JobStatus as RQStatus
+from rq.serializers import JSONSerializer
+
+from remat.schedules import RematError
 
 from ._child import solver_context
 from ._jobs import Job, JobStatus, owner_name
+from ._maintenance import Chores
 from ._redis import RedisStore
 from ._runner import RunnerConfig, run_claimed
 from ._settings import Settings
 
-__all__ = ["QueueExecutor", "perform", "run_worker"]
+__all__ = ["PERFORM", "QueueExecutor", "Ticket", "perform", "run_worker"]
 
 log = logging.getLogger("remat.service")
 
-_WAITING = {RQStatus.QUEUED, RQStatus.STARTED, RQStatus.DEFERRED, RQStatus.SCHEDULED}
+PERFORM = "remat.service._cluster.perform"
+"""The one function a ticket may name."""
+TICKET_SLACK_S = 300
+"""Seconds RQ allows a ticket beyond the longest solve before it gives up on its worker."""
+
+
+class ForeignMessage(RematError):
+    """An RQ message that is not a remat ticket: it is refused, never run."""
+
+
+class Ticket(RQJob):
+    """An RQ message as remat reads one: a ticket to claim the next job, and nothing RQ could run instead.
+
+    ``func`` resolves only :data:`PERFORM` called without arguments (ForeignMessage otherwise, which
+    RQ records as the message's failure); the callbacks RQ would import by name are never looked up and
+    webhooks are never sent, whatever the message's hash says.
+    """
+
+    @property
+    def func(self) -> Any:
+        if self.func_name != PERFORM or self.instance is not None or self.args or self.kwargs:
+            raise ForeignMessage(f"RQ message {self.id!r} is not a remat ticket; refused without running it.")
+        return perform
+
+    @property
+    def success_callback(self) -> None:
+        return None
+
+    @property
+    def failure_callback(self) -> None:
+        return None
+
+    @property
+    def stopped_callback(self) -> None:
+        return None
+
+    def send_webhooks(self, *args: Any, **kwargs: Any) -> None:
+        """Never: a message's webhooks are not remat's."""
+
+
+def ticket_queue(settings: Settings) -> Queue:
+    """The RQ queue of ``settings``, reading and writing JSON tickets only."""
+    connection = redis.Redis.from_url(settings.queue_url or "")
+    return Queue(settings.queue_name, connection=connection, serializer=JSONSerializer, job_class=Ticket)
 
 
 class QueueExecutor:
-    """Puts queued jobs on the RQ queue ``settings.queue_name`` and keeps store and queue in step."""
+    """Sends a ticket for every job that becomes queued, and runs the maintenance of ``store``."""
 
     def __init__(self, store: RedisStore, settings: Settings) -> None:
         self.store = store
         self.settings = settings
-        self.queue = Queue(settings.queue_name, connection=redis.Redis.from_url(settings.queue_url or ""))
+        self.queue = ticket_queue(settings)
+        self.chores = Chores(store, self.dispatch, settings)
+        self._short = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._maintain, name="remat-maintenance", daemon=True)
+        self._thread = threading.Thread(target=self.chores.loop, name="remat-maintenance", daemon=True,
+                                        args=(self._stopping, self.settings.lease_s / 2, self.send_missing_tickets))
         self._thread.start()
 
     def dispatch(self, job: Job) -> None:
-        slack_s = 2 * self.settings.cancel_grace_s + self.settings.lease_s + 60
-        self.queue.enqueue_call(
-            "remat.service._cluster.perform", args=(job.id,), job_id=self.message_id(job),
-            timeout=int(job.spec.time_limit_s + slack_s), result_ttl=0, failure_ttl=7 * 86400,
-            description=f"remat {job.spec.strategy} {job.id[:12]}")
+        self._send_ticket()
 
-    def message_id(self, job: Job) -> str:
-        """The RQ message for this queuing of the job: a new one each time the job is queued again."""
-        return f"{self.queue.name}-{job.id}-{int(job.queued_at * 1000)}"
+    def _send_ticket(self) -> None:
+        self.queue.enqueue_call(PERFORM, timeout=int(self.settings.max_time_limit_s + TICKET_SLACK_S),
+                                result_ttl=0, failure_ttl=86400, description="remat ticket")
 
-    def cancel(self, job: Job) -> None:
-        if job.status is JobStatus.CANCELLED:
-            try:
-                RQJob.fetch(self.message_id(job), connection=self.queue.connection).cancel()
-            except (NoSuchJobError, InvalidJobOperation, redis.RedisError, ValueError):
-                pass  # already taken by a worker (which will find the job cancelled), or cancelled before
+    def send_missing_tickets(self) -> None:
+        """Queued jobs outnumber waiting tickets on two passes in a row: send the difference (a ticket taken
+        by a worker that has not yet claimed its job makes the count dip for a moment, not for two passes)."""
+        short = self.store.count(JobStatus.QUEUED) - self.queue.count
+        missing = min(short, self._short)
+        if missing > 0:
+            log.warning("%d queued jobs had no ticket; sending one each", missing)
+            for _ in range(missing):
+                self._send_ticket()
+        self._short = max(short, 0)
 
     def ready(self) -> bool:
         try:
@@ -81,32 +133,6 @@ class QueueExecutor:
             self._thread.join()
         self.queue.connection.close()
         self.store.close()
-
-    def maintain(self) -> None:
-        """One maintenance pass: reap lost jobs, give queued jobs without a live message a new one."""
-        for job in self.store.reap():
-            log.warning("job %s: %s", job.id, job.history[-1])
-            self.dispatch(job)
-        settled = time.time() - self.settings.lease_s
-        in_queue = set(self.queue.get_job_ids())
-        for job in self.store.jobs_with_status(JobStatus.QUEUED):
-            if job.queued_at < settled and self.message_id(job) not in in_queue and not self._has_message(job):
-                log.warning("job %s: queued without a queue message; sending one", job.id)
-                self.dispatch(job)
-
-    def _has_message(self, job: Job) -> bool:
-        try:
-            status = RQJob.fetch(self.message_id(job), connection=self.queue.connection).get_status()
-        except NoSuchJobError:
-            return False
-        return status in _WAITING
-
-    def _maintain(self) -> None:
-        while not self._stopping.wait(self.settings.lease_s / 2):
-            try:
-                self.maintain()
-            except Exception:
-                log.exception("maintenance: unexpected error; going on")
 
 
 # -- the worker side ------------------------------------------------------------------------------
@@ -124,14 +150,13 @@ _worker: _WorkerContext | None = None
 """Set by run_worker in the ``remat worker`` process; perform() runs only there."""
 
 
-def perform(job_id: str) -> str:
-    """RQ's entry point for a remat job: claim it and run it here. Returns the job's final status."""
+def perform() -> str:
+    """A ticket's work: claim the next queued job and run it here. Returns the job's final status."""
     if _worker is None:
         raise RuntimeError("remat jobs run only in `remat worker` processes")
-    job = _worker.store.mark_running(job_id, _worker.owner)
+    job = _worker.store.claim_next(_worker.owner)
     if job is None:
-        log.info("job %s: not queued any more; nothing to do", job_id)
-        return "skipped"
+        return "idle"
     final = run_claimed(_worker.store, job, owner=_worker.owner, config=_worker.config, stopping=_worker.stopping)
     return final.status.value if final is not None else "taken back"
 
@@ -140,11 +165,13 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     """Run a ``remat worker``: solve the jobs of ``settings.queue_name`` one at a time until stopped."""
     global _worker
     store = RedisStore.from_url(settings.queue_url or "", prefix=settings.redis_prefix, lease_s=settings.lease_s,
-                                max_attempts=settings.max_attempts)
+                                max_attempts=settings.max_attempts, share_results=settings.share_results)
     executor = QueueExecutor(store, settings)
     threads = settings.solver_threads or os.cpu_count() or 1
-    config = RunnerConfig(settings.lease_s, settings.cancel_grace_s, threads, solver_context())
-    worker = SimpleWorker([executor.queue], connection=executor.queue.connection, name=name)
+    config = RunnerConfig(settings.lease_s, settings.cancel_grace_s, threads, settings.max_result_bytes,
+                          solver_context())
+    worker = SimpleWorker([executor.queue], connection=executor.queue.connection, name=name,
+                          serializer=JSONSerializer, job_class=Ticket)
     _worker = _WorkerContext(executor.store, owner_name(worker.name), config, threading.Event())
     executor.start()
     try:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Path, Request
 
+from ._auth import TOKEN_STATE
+from ._errors import Unauthorized
 from ._jobs import Job
 from ._service import Service
 
@@ -17,10 +19,13 @@ def _service(request: Request) -> Service:
     return service
 
 
-def require_token(request: Request, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
-                  ) -> str | None:
-    """The request's token id (None when authentication is off); 401 without a valid token."""
-    token: str | None = request.app.state.token_check(authorization)
+def require_token(request: Request) -> str | None:
+    """The caller's token id (None when authentication is off), as :class:`Authenticate` found it before the
+    body was read; a route it did not check fails closed (401)."""
+    state = request.scope.get("state", {})
+    if TOKEN_STATE not in state:
+        raise Unauthorized("This route is not behind the token check; refusing the request.")
+    token: str | None = state[TOKEN_STATE]
     return token
 
 
@@ -28,11 +33,14 @@ IdPath = Annotated[str, Path(max_length=200)]
 """A job's or sweep's id in a path: ids are 64 hex digits; anything past 200 characters is refused at once."""
 
 
-def _job(job_id: IdPath, service: Annotated[Service, Depends(_service)]) -> Job:
-    return service.store.get(job_id)
-
-
 ServiceDep = Annotated[Service, Depends(_service)]
 TokenDep = Annotated[str | None, Depends(require_token)]
+
+
+def _job(job_id: IdPath, service: ServiceDep, token: TokenDep) -> Job:
+    return service.job(job_id, token, with_result=False)
+
+
 JobDep = Annotated[Job, Depends(_job)]
-"""The job named by the path's ``job_id``, with its result; JobNotFound (404) when there is none."""
+"""The caller's job named by the path's ``job_id``, without its result; JobNotFound (404) when there is none
+or it is another token's."""

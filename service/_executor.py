@@ -22,10 +22,8 @@ class Executor(Protocol):
         """Begin running jobs (and recover those a previous process left behind)."""
 
     def dispatch(self, job: Job) -> None:
-        """A job has (again) become queued: make sure something will run it."""
-
-    def cancel(self, job: Job) -> None:
-        """A job was cancelled: drop what the executor holds for it (a running solve stops by itself)."""
+        """A job has (again) become queued: make sure something will run it (a cancelled job never runs:
+        runners claim only queued jobs, and a running one stops by itself)."""
 
     def ready(self) -> bool:
         """True while jobs can be accepted and run."""
@@ -37,7 +35,8 @@ class Executor(Protocol):
 
 def open_executor(settings: Settings) -> Executor:
     """The embedded executor with its SQLite store, or the RQ executor with its Redis store (``queue_url``)."""
-    policy = {"lease_s": settings.lease_s, "max_attempts": settings.max_attempts}
+    policy = {"lease_s": settings.lease_s, "max_attempts": settings.max_attempts,
+              "share_results": settings.share_results}
     if settings.queue_url:
         from ._cluster import QueueExecutor
         from ._redis import RedisStore

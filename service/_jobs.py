@@ -1,14 +1,17 @@
 """Jobs: the canonical request that names a job, the job record, and the transitions between states.
 
-A job's id is the sha256 of its canonical request, so identical requests share one job. The record
-changes only through the transitions below: each is a pure function from the stored record to the
-next one, or None when it does not apply, and a store applies it atomically::
+A request's key is the sha256 of its canonical form; a job belongs to one token, and its id is the
+hash of the key and the token, so one token's identical requests share one job and no two tokens
+ever share one (an identical request of another token may be answered by a copy of a reusable
+result, see :func:`answer`). The record changes only through the transitions below: each is a pure
+function from the stored record to the next one, or None when it does not apply, and a store
+applies it atomically::
 
     queued --claim--> running --finish--> succeeded | failed | cancelled
       ^  \\                |  \\--lose, attempts left--> queued
       |   \\--cancel-->    |   \\-lose, none left-----> failed
       |     cancelled      \\--release (shutdown, attempt not counted)--> queued
-      \\--resubmit-- failed | cancelled | succeeded whose result is not reusable
+      \\--rerun-- failed | cancelled | succeeded whose result is not reusable
 
 A runner's writes carry its :class:`Claim` (owner and attempt number), so a runner that lost its
 job to the reaper can no longer change it.
@@ -35,11 +38,14 @@ __all__ = [
     "Job",
     "JobStatus",
     "SolveSpec",
+    "answer",
     "claim",
     "fail",
     "finish",
+    "job_id",
     "lose",
     "lost_reason",
+    "needs_run",
     "new_job",
     "owner_here",
     "owner_name",
@@ -47,7 +53,7 @@ __all__ = [
     "release",
     "renew",
     "request_cancel",
-    "resubmit",
+    "rerun",
     "reusable",
 ]
 
@@ -86,7 +92,7 @@ def remat_version() -> str:
 
 @dataclass(frozen=True)
 class SolveSpec:
-    """Everything that determines a solve's answer; its hash is the job id."""
+    """Everything that determines a solve's answer; its hash is the request's key."""
 
     graph_sha256: str
     budget: int
@@ -96,7 +102,8 @@ class SolveSpec:
     mip_gap: float = DEFAULT_MIP_GAP
 
     @property
-    def job_id(self) -> str:
+    def key(self) -> str:
+        """The sha256 of the canonical request: equal for identical requests, of any token."""
         canon = {"format": JOB_FORMAT, "remat": remat_version(), **asdict(self),
                  "time_limit_s": float(self.time_limit_s), "mip_gap": float(self.mip_gap)}
         text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
@@ -125,7 +132,8 @@ class Job:
     status: JobStatus
     graph_name: str = ""
     token: str | None = None
-    """Id of the token that submitted it (a hash, never the token), for per-token limits."""
+    """Id of the token that owns it (a hash, never the token; None when authentication is off): only that
+    token sees it, and it counts against that token's limits."""
     attempts: int = 0
     owner: str | None = None
     solver_pid: int | None = None
@@ -155,9 +163,21 @@ class Job:
                       "history": tuple(doc.get("history", ())), "result": result})
 
 
+def job_id(spec: SolveSpec, token: str | None) -> str:
+    """The id of ``token``'s job for ``spec``: the request's key without authentication, else a hash of both."""
+    if token is None:
+        return spec.key
+    return hashlib.sha256(f"{spec.key}:{token}".encode()).hexdigest()
+
+
 def new_job(spec: SolveSpec, *, graph_name: str, token: str | None, now: float) -> Job:
-    return Job(spec.job_id, spec, JobStatus.QUEUED, graph_name=graph_name, token=token, created_at=now,
+    return Job(job_id(spec, token), spec, JobStatus.QUEUED, graph_name=graph_name, token=token, created_at=now,
                queued_at=now)
+
+
+def answer(job: Job, result: Mapping[str, Any], *, now: float) -> Job:
+    """A new job answered at once by the reusable ``result`` of an identical request (it never runs)."""
+    return replace(job, status=JobStatus.SUCCEEDED, result_status=result["status"], started_at=now, finished_at=now)
 
 
 def reusable(job: Job) -> bool:
@@ -176,13 +196,17 @@ def reusable(job: Job) -> bool:
         return False
 
 
+def needs_run(job: Job | None) -> bool:
+    """True unless the job exists and is queued, running, or finished with a result that can be reused."""
+    return job is None or (job.status.terminal and not reusable(job))
+
+
 # -- transitions: each returns the next record, or None when it does not apply ---------------------
 
 
-def resubmit(job: Job, *, now: float, token: str | None) -> Job | None:
-    if not job.status.terminal or reusable(job):
-        return None
-    return new_job(job.spec, graph_name=job.graph_name, token=token, now=now)
+def rerun(job: Job, fresh: Job) -> Job | None:
+    """An ended job whose result cannot be reused is replaced by ``fresh`` (a new run of the same request)."""
+    return fresh if needs_run(job) else None
 
 
 def claim(job: Job, *, owner: str, now: float, lease_s: float) -> Job | None:
@@ -281,20 +305,37 @@ def release(job: Job, by: Claim, *, now: float) -> Job | None:
 
 
 def owner_name(slot: str) -> str:
-    """``host:pid:slot``: who runs a job, precise enough to tell on this host whether it is alive."""
-    return f"{socket.gethostname()}:{os.getpid()}:{slot}"
+    """``host:pid:start:slot``: who runs a job, precise enough to tell on this host whether it is alive.
+
+    ``start`` is when the process started (from /proc; empty where the system cannot tell), so a
+    process that reuses the pid of a dead owner (a container restarted on the same host) is not it.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid()) or ''}:{slot}"
 
 
 def owner_here(owner: str) -> bool | None:
     """Whether the owner's process is alive, when it is a process of this host; None for another host."""
     host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
+    pid_text, _, rest = rest.partition(":")
+    started = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
         return None
+    pid = int(pid_text)
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
+    if started.isdigit() and _started(pid) not in (None, started):
+        return False  # the pid now belongs to another process
     return True
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (/proc/PID/stat, field 22); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None

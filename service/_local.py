@@ -1,8 +1,8 @@
 """The embedded executor: a few slots in the API process, each running one solve at a time.
 
-The queue is the store itself (queued jobs, oldest first), so a restart loses nothing: queued jobs
-run after it, and a job whose process died is taken back by the reaper at once (its owner's pid is
-gone) and queued again or failed.
+The queue is the store itself (queued jobs, claimed fairly between tokens), so a restart loses
+nothing: queued jobs run after it, and a job whose process died is taken back by the reaper at once
+(its owner's pid is gone) and queued again or failed.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import threading
 
 from ._child import solver_context
 from ._jobs import Job, owner_name
+from ._maintenance import Chores
 from ._runner import RunnerConfig, run_claimed
 from ._settings import Settings
 from ._sqlite import SqliteStore
@@ -25,32 +26,31 @@ IDLE_WAIT_S = 1.0
 
 
 class LocalExecutor:
-    """``settings.slots`` threads, each claiming the oldest queued job and supervising its solver child."""
+    """``settings.slots`` threads, each claiming the next queued job and supervising its solver child."""
 
     def __init__(self, store: SqliteStore, settings: Settings) -> None:
         self.store = store
         self.slots = settings.slots
-        self.reap_interval_s = settings.lease_s / 2
+        self.maintain_interval_s = settings.lease_s / 2
         self.config = RunnerConfig(settings.lease_s, settings.cancel_grace_s, settings.threads_per_solve,
-                                   solver_context())
+                                   settings.max_result_bytes, solver_context())
+        self.chores = Chores(store, self.dispatch, settings)
         self._wake = threading.Condition()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        self._reap()
+        self.chores.run()
         self._threads = [threading.Thread(target=self._slot, args=(owner_name(f"slot{i}"),), name=f"remat-slot{i}",
                                           daemon=True) for i in range(self.slots)]
-        self._threads.append(threading.Thread(target=self._maintain, name="remat-reaper", daemon=True))
+        self._threads.append(threading.Thread(target=self.chores.loop, args=(self._stopping, self.maintain_interval_s),
+                                              name="remat-maintenance", daemon=True))
         for thread in self._threads:
             thread.start()
 
     def dispatch(self, job: Job) -> None:
         with self._wake:
             self._wake.notify()
-
-    def cancel(self, job: Job) -> None:
-        """Nothing to do: a queued job is never claimed once cancelled, a running one is polled."""
 
     def ready(self) -> bool:
         return not self._stopping.is_set() and all(t.is_alive() for t in self._threads)
@@ -75,15 +75,3 @@ class LocalExecutor:
             except Exception:
                 log.exception("slot %s: unexpected error; going on", owner)
                 self._stopping.wait(IDLE_WAIT_S)
-
-    def _maintain(self) -> None:
-        while not self._stopping.wait(self.reap_interval_s):
-            try:
-                self._reap()
-            except Exception:
-                log.exception("reaper: unexpected error; going on")
-
-    def _reap(self) -> None:
-        for job in self.store.reap():
-            log.warning("job %s: %s", job.id, job.history[-1])
-            self.dispatch(job)

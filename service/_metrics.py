@@ -20,6 +20,10 @@ from ._store import JobStore
 
 __all__ = ["Metrics", "count_requests"]
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""HTTP methods counted under their own name; any other token a client sends counts as ``other``, so a
+client cannot add label values (series kept for the life of the process) by inventing methods."""
+
 
 class _JobCounts(Collector):
     def __init__(self, store: JobStore) -> None:
@@ -64,7 +68,8 @@ class Metrics:
 
     def observe(self, request: Request, status: int, seconds: float) -> None:
         route = _route_template(request)
-        self.requests.labels(request.method, route, str(status)).inc()
+        method = request.method if request.method in METHODS else "other"
+        self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
 

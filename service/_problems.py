@@ -14,12 +14,9 @@ from typing import Any
 
 import redis
 from fastapi import FastAPI, Request
-from fastapi import HTTPException as FastAPIHTTPException
 from fastapi.exceptions import RequestValidationError
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from remat.schedules import (
     BackendUnavailable,
@@ -36,7 +33,7 @@ from remat.schedules import (
 
 from ._errors import QueueFull, TooManyJobs, Unauthorized
 
-__all__ = ["PROBLEM_RESPONSES", "STORE_UNREACHABLE", "BodyLimit", "install_problem_handlers", "problem"]
+__all__ = ["PROBLEM_RESPONSES", "STORE_UNREACHABLE", "install_problem_handlers", "problem"]
 
 log = logging.getLogger("remat.service")
 
@@ -60,8 +57,9 @@ _TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Meth
            413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
            500: "Internal Server Error", 503: "Service Unavailable"}
 _ATTRIBUTES = ("node", "field", "step", "stage", "job_id")
-STORE_UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, sqlite3.OperationalError)
-"""Errors of a job store that is down or locked: 503 with Retry-After, not a 500."""
+STORE_UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError,
+                                                  redis.exceptions.OutOfMemoryError, sqlite3.OperationalError)
+"""Errors of a job store that is down, locked or full (Redis at its maxmemory): 503 with Retry-After, not a 500."""
 
 _PROBLEM_SCHEMA = {
     "type": "object",
@@ -87,41 +85,6 @@ def problem(status: int, detail: str, *, kind: str | None = None, instance: str 
         body["instance"] = instance
     body.update({k: v for k, v in extra.items() if v is not None})
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=dict(headers or {}))
-
-
-class BodyLimit:
-    """ASGI middleware: a body over ``max_bytes`` gets 413, as a problem document.
-
-    A Content-Length over the limit is refused before the body is read; a body that grows past it
-    while streaming raises 413 inside the app, where the problem handler answers.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = Headers(scope=scope).get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            response = problem(413, f"The request body has {int(length)} bytes; this server accepts at most "
-                                    f"{self.max_bytes}.", instance=scope.get("path"))
-            await response(scope, receive, send)
-            return
-        received = 0
-
-        async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_bytes:
-                raise FastAPIHTTPException(413, f"The request body is over the {self.max_bytes} bytes this server "
-                                                "accepts.")
-            return message
-
-        await self.app(scope, limited, send)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -197,7 +160,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:
     log.error("job store unreachable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-    return problem(503, "The job store cannot be reached or is busy; retry shortly.", kind="store-unreachable",
+    return problem(503, "The job store cannot be reached, is busy or is full; retry shortly.", kind="store-unreachable",
                    instance=request.url.path, headers={"Retry-After": "5"})
 
 

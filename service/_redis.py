@@ -1,9 +1,23 @@
 """The cluster job store: jobs in Redis, visible to every API replica and worker.
 
-Each job is one JSON string under ``<prefix>job:<id>`` and its result another under
-``<prefix>result:<id>``; sorted sets index jobs by creation time and by status, and a set per
-token holds its active jobs. A transition WATCHes the job's key and writes the record and every
-index in one MULTI, so the indexes never disagree with the record.
+Keys, all under ``prefix`` and built by :meth:`RedisStore.key_for` (``<tok>`` is a token id, ``-``
+without authentication)::
+
+    job:<id>, result:<id>     the job's record and its result (JSON strings)
+    jobs-of:<tok>             zset: the token's jobs by creation time (its listing)
+    status:<status>           zset: jobs in each status, by queue time (counts, the reaper)
+    queued-of:<tok>           zset: the token's queued jobs, by queue time (fair claims)
+    active:<tok>              set: the token's queued and running jobs (its limit)
+    tokens, served            the tokens that ever had a job; hash: when each was last served a job
+    ended                     zset: ended jobs by end time (retention)
+    cache:<key>               the job holding a reusable result of the request <key>
+    graph:<sha>, graphs       a graph document; zset: graphs by last use
+    graph-refs:<sha>          set: the jobs and sweeps that refer to the graph
+    sweep:<id>, sweeps        a sweep's record; zset: sweeps by creation time
+    sweeps-of:<tok>           zset: the token's sweeps; sweeps-unplanned: set of sweeps still to plan
+
+A transition WATCHes the job's key and writes the record and every index in one MULTI, so the
+indexes never disagree with the record.
 """
 
 from __future__ import annotations
@@ -16,11 +30,21 @@ import redis
 
 from remat.schedules import JobNotFound
 
+from . import _jobs
 from ._jobs import Job, JobStatus
-from ._store import KEEP, Change, JobStore
+from ._store import GRAPH_GRACE_S, KEEP, Change, Expired, JobStore, Retention
 from ._sweeps import Sweep
 
 __all__ = ["RedisStore"]
+
+CLAIM_TRIES = 8
+"""Times claim_next picks again when another worker claimed its pick first."""
+SCHEMA = 2
+"""Version of the key layout; ``migrate`` rebuilds the indexes of records written under an older one."""
+
+
+def _tok(token: str | None) -> str:
+    return token or "-"
 
 
 class RedisStore(JobStore):
@@ -39,9 +63,27 @@ class RedisStore(JobStore):
         """The one place keys are built: ``key_for("job", id) == "remat:job:<id>"``."""
         return f"{self.prefix}{kind}:{name}" if name else f"{self.prefix}{kind}"
 
+    def migrate(self) -> None:
+        """Index records stored under an older key layout (idempotent; every replica and worker may run it)."""
+        if int(self.redis.get(self.key_for("schema")) or 0) >= SCHEMA:
+            return
+        for key in self.redis.scan_iter(match=self.key_for("job", "*"), count=500):
+            raw = self.redis.get(key)
+            if raw is not None:
+                pipe = self.redis.pipeline(transaction=True)
+                self._index(pipe, None, Job.from_record(json.loads(raw)))
+                pipe.execute()
+        for key in self.redis.scan_iter(match=self.key_for("sweep", "*"), count=500):
+            raw = self.redis.get(key)
+            if raw is not None:
+                pipe = self.redis.pipeline(transaction=True)
+                self._index_sweep(pipe, Sweep.from_record(json.loads(raw)))
+                pipe.execute()
+        self.redis.set(self.key_for("schema"), SCHEMA)
+
     # -- jobs --------------------------------------------------------------------------------------
 
-    def _insert(self, job: Job) -> bool:
+    def _insert(self, job: Job, result: Mapping[str, Any] | None = None) -> bool:
         key = self.key_for("job", job.id)
 
         def insert(pipe: redis.client.Pipeline) -> bool:
@@ -49,6 +91,9 @@ class RedisStore(JobStore):
                 return False
             pipe.multi()
             pipe.set(key, json.dumps(job.to_record()))
+            if result is not None:
+                pipe.set(self.key_for("result", job.id), json.dumps(result))
+                pipe.set(self.key_for("cache", job.spec.key), job.id)
             self._index(pipe, None, job)
             return True
 
@@ -71,6 +116,8 @@ class RedisStore(JobStore):
                 pipe.delete(self.key_for("result", job_id))
             elif result is not KEEP:
                 pipe.set(self.key_for("result", job_id), json.dumps(result))
+                if _jobs.reusable(new):
+                    pipe.set(self.key_for("cache", new.spec.key), new.id)
             self._index(pipe, old, new)
             return new
 
@@ -78,16 +125,63 @@ class RedisStore(JobStore):
         return cast("Job | None", updated)
 
     def _index(self, pipe: redis.client.Pipeline, old: Job | None, new: Job) -> None:
-        if old is not None:
+        tok = _tok(new.token)
+        if old is None:
+            pipe.sadd(self.key_for("graph-refs", new.spec.graph_sha256), f"job:{new.id}")
+            pipe.sadd(self.key_for("tokens"), tok)
+        else:
             pipe.zrem(self.key_for("status", old.status.value), old.id)
-            pipe.srem(self._active_key(old.token), old.id)
-        pipe.zadd(self.key_for("jobs"), {new.id: new.created_at})  # a job run again counts as new
+            pipe.zrem(self.key_for("queued-of", _tok(old.token)), old.id)
+            pipe.srem(self.key_for("active", _tok(old.token)), old.id)
+            pipe.zrem(self.key_for("ended"), old.id)
+        pipe.zadd(self.key_for("jobs-of", tok), {new.id: new.created_at})  # a job run again counts as new
         pipe.zadd(self.key_for("status", new.status.value), {new.id: new.queued_at})
-        if not new.status.terminal:
-            pipe.sadd(self._active_key(new.token), new.id)
+        if new.status is JobStatus.QUEUED:
+            pipe.zadd(self.key_for("queued-of", tok), {new.id: new.queued_at})
+        if new.status.terminal:
+            pipe.zadd(self.key_for("ended"), {new.id: new.finished_at or new.created_at})
+        else:
+            pipe.sadd(self.key_for("active", tok), new.id)
 
-    def _active_key(self, token: str | None) -> str:
-        return self.key_for("active", token or "-")
+    def _cached_job(self, key: str) -> str | None:
+        return cast("str | None", self.redis.get(self.key_for("cache", key)))
+
+    def claim_next(self, owner: str) -> Job | None:
+        for _ in range(CLAIM_TRIES):
+            pick = self._fair_pick()
+            if pick is None:
+                return None
+            job_id, tok = pick
+            try:
+                job = self.mark_running(job_id, owner)
+            except JobNotFound:  # an index older than its record's deletion: drop it
+                self.redis.zrem(self.key_for("queued-of", tok), job_id)
+                continue
+            if job is not None:
+                self.redis.hset(self.key_for("served"), tok, self.clock())
+                return job
+        return None
+
+    def _fair_pick(self) -> tuple[str, str] | None:
+        """(job id, token) of the next job by the fair order: one round trip over every token's queue head."""
+        tokens = sorted(cast("set[str]", self.redis.smembers(self.key_for("tokens"))))
+        pipe = self.redis.pipeline(transaction=False)
+        for tok in tokens:
+            pipe.zrange(self.key_for("queued-of", tok), 0, 0, withscores=True)
+            pipe.scard(self.key_for("active", tok))
+            pipe.zcard(self.key_for("queued-of", tok))
+        pipe.hgetall(self.key_for("served"))
+        *heads, served = pipe.execute()
+        best: tuple[tuple[int, float, float], str, str] | None = None
+        for i, tok in enumerate(tokens):
+            head, active, queued = heads[3 * i:3 * i + 3]
+            if not head:
+                continue
+            job_id, queued_at = head[0]
+            rank = (active - queued, float(served.get(tok, 0.0)), queued_at)
+            if best is None or rank < best[0]:
+                best = (rank, job_id, tok)
+        return None if best is None else (best[1], best[2])
 
     def get(self, job_id: str, *, with_result: bool = True) -> Job:
         found = self.get_many([job_id], with_result=with_result)
@@ -104,9 +198,17 @@ class RedisStore(JobStore):
         return [Job.from_record(json.loads(rec), None if res is None else json.loads(res))
                 for rec, res in zip(records, results, strict=True) if rec is not None]
 
-    def list_jobs(self, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:
-        index = self.key_for("jobs") if status is None else self.key_for("status", status.value)
-        return self.get_many(cast("list[str]", self.redis.zrevrange(index, 0, limit - 1)))
+    def list_jobs(self, token: str | None, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:
+        index = self.key_for("jobs-of", _tok(token))
+        found: list[Job] = []
+        start = 0
+        while len(found) < limit:
+            ids = cast("list[str]", self.redis.zrevrange(index, start, start + 4 * limit - 1))
+            if not ids:
+                break
+            found += [j for j in self.get_many(ids) if status is None or j.status is status]
+            start += len(ids)
+        return found[:limit]
 
     def jobs_with_status(self, status: JobStatus) -> list[Job]:
         return self.get_many(cast("list[str]", self.redis.zrange(self.key_for("status", status.value), 0, -1)))
@@ -115,12 +217,15 @@ class RedisStore(JobStore):
         return int(self.redis.zcard(self.key_for("status", status.value)))
 
     def count_active(self, token: str | None) -> int:
-        return int(self.redis.scard(self._active_key(token)))
+        return int(self.redis.scard(self.key_for("active", _tok(token))))
 
     # -- graphs and sweeps -------------------------------------------------------------------------
 
     def put_graph(self, sha256: str, doc: Mapping[str, Any]) -> None:
-        self.redis.set(self.key_for("graph", sha256), json.dumps(doc), nx=True)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.key_for("graphs"), {sha256: self.clock()})
+        pipe.set(self.key_for("graph", sha256), json.dumps(doc), nx=True)
+        pipe.execute()
 
     def get_graph(self, sha256: str) -> dict[str, Any]:
         raw = self.redis.get(self.key_for("graph", sha256))
@@ -130,9 +235,29 @@ class RedisStore(JobStore):
         return doc
 
     def put_sweep(self, sweep: Sweep) -> None:
+        key = self.key_for("sweep", sweep.id)
+
+        def insert(pipe: redis.client.Pipeline) -> None:
+            if pipe.exists(key):
+                return
+            pipe.multi()
+            pipe.set(key, json.dumps(sweep.to_record()))
+            self._index_sweep(pipe, sweep)
+
+        self.redis.transaction(insert, key)
+
+    def _index_sweep(self, pipe: redis.client.Pipeline, sweep: Sweep) -> None:
+        pipe.zadd(self.key_for("sweeps"), {sweep.id: sweep.created_at})
+        pipe.zadd(self.key_for("sweeps-of", _tok(sweep.token)), {sweep.id: sweep.created_at})
+        pipe.sadd(self.key_for("graph-refs", sweep.graph_sha256), f"sweep:{sweep.id}")
+        if not sweep.planned:
+            pipe.sadd(self.key_for("sweeps-unplanned"), sweep.id)
+
+    def replace_sweep(self, sweep: Sweep) -> None:
         pipe = self.redis.pipeline(transaction=True)
-        pipe.set(self.key_for("sweep", sweep.id), json.dumps(sweep.to_record()), nx=True)
-        pipe.zadd(self.key_for("sweeps"), {sweep.id: sweep.created_at}, nx=True)
+        pipe.set(self.key_for("sweep", sweep.id), json.dumps(sweep.to_record()), xx=True)
+        if sweep.planned:
+            pipe.srem(self.key_for("sweeps-unplanned"), sweep.id)
         pipe.execute()
 
     def get_sweep(self, sweep_id: str) -> Sweep:
@@ -141,10 +266,88 @@ class RedisStore(JobStore):
             raise JobNotFound(sweep_id)
         return Sweep.from_record(json.loads(raw))
 
-    def list_sweeps(self, *, limit: int = 50) -> list[Sweep]:
-        ids = cast("list[str]", self.redis.zrevrange(self.key_for("sweeps"), 0, limit - 1))
+    def list_sweeps(self, token: str | None, *, limit: int = 50) -> list[Sweep]:
+        return self._sweeps(cast("list[str]", self.redis.zrevrange(self.key_for("sweeps-of", _tok(token)), 0,
+                                                                    limit - 1)))
+
+    def unplanned_sweeps(self) -> list[Sweep]:
+        return self._sweeps(sorted(cast("set[str]", self.redis.smembers(self.key_for("sweeps-unplanned")))))
+
+    def _sweeps(self, ids: Sequence[str]) -> list[Sweep]:
         raws = self.redis.mget([self.key_for("sweep", i) for i in ids]) if ids else []
         return [Sweep.from_record(json.loads(r)) for r in raws if r is not None]
+
+    # -- retention ---------------------------------------------------------------------------------
+
+    def expire(self, retention: Retention) -> Expired:
+        now = self.clock()
+        cutoff = now - retention.max_age_s
+        jobs = sum(self._delete_job(job_id) for job_id in self._beyond(self.key_for("ended"), cutoff,
+                                                                          retention.max_jobs))
+        sweeps = sum(self._delete_sweep(sweep_id) for sweep_id in self._beyond(self.key_for("sweeps"), cutoff,
+                                                                                  retention.max_sweeps))
+        grace = now - min(GRAPH_GRACE_S, retention.max_age_s)
+        unused = cast("list[str]", self.redis.zrangebyscore(self.key_for("graphs"), "-inf", f"({grace}"))
+        return Expired(jobs, sweeps, sum(self._delete_graph(sha) for sha in unused))
+
+    def _beyond(self, index: str, cutoff: float, keep: int) -> set[str]:
+        """Members of the time-scored ``index`` older than ``cutoff``, or beyond its newest ``keep``."""
+        old = set(cast("list[str]", self.redis.zrangebyscore(index, "-inf", f"({cutoff}")))
+        surplus = int(self.redis.zcard(index)) - keep
+        return old | set(cast("list[str]", self.redis.zrange(index, 0, surplus - 1))) if surplus > 0 else old
+
+    def _delete_job(self, job_id: str) -> bool:
+        """Delete an ended job with its result, index entries and cache entry; False if it is running again."""
+        key = self.key_for("job", job_id)
+
+        def delete(pipe: redis.client.Pipeline) -> bool:
+            raw = pipe.get(key)
+            if raw is None:
+                pipe.multi()
+                pipe.zrem(self.key_for("ended"), job_id)
+                return False
+            job = Job.from_record(json.loads(raw))
+            if not job.status.terminal:
+                return False
+            cache = self.key_for("cache", job.spec.key)
+            pipe.watch(cache)
+            cached_here = pipe.get(cache) == job_id
+            pipe.multi()
+            pipe.delete(key, self.key_for("result", job_id), *([cache] if cached_here else []))
+            pipe.zrem(self.key_for("ended"), job_id)
+            pipe.zrem(self.key_for("status", job.status.value), job_id)
+            pipe.zrem(self.key_for("jobs-of", _tok(job.token)), job_id)
+            pipe.srem(self.key_for("graph-refs", job.spec.graph_sha256), f"job:{job_id}")
+            return True
+
+        return bool(self.redis.transaction(delete, key, value_from_callable=True))  # type: ignore[arg-type]
+
+    def _delete_sweep(self, sweep_id: str) -> bool:
+        raw = self.redis.get(self.key_for("sweep", sweep_id))
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.key_for("sweep", sweep_id))
+        pipe.zrem(self.key_for("sweeps"), sweep_id)
+        pipe.srem(self.key_for("sweeps-unplanned"), sweep_id)
+        if raw is not None:
+            sweep = Sweep.from_record(json.loads(raw))
+            pipe.zrem(self.key_for("sweeps-of", _tok(sweep.token)), sweep_id)
+            pipe.srem(self.key_for("graph-refs", sweep.graph_sha256), f"sweep:{sweep_id}")
+        pipe.execute()
+        return raw is not None
+
+    def _delete_graph(self, sha256: str) -> bool:
+        """Delete a graph no job or sweep refers to; a reference added meanwhile aborts it (WATCH)."""
+        refs = self.key_for("graph-refs", sha256)
+
+        def delete(pipe: redis.client.Pipeline) -> bool:
+            if pipe.scard(refs):
+                return False
+            pipe.multi()
+            pipe.delete(self.key_for("graph", sha256))
+            pipe.zrem(self.key_for("graphs"), sha256)
+            return True
+
+        return bool(self.redis.transaction(delete, refs, value_from_callable=True))  # type: ignore[arg-type]
 
     def ping(self) -> None:
         self.redis.ping()

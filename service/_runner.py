@@ -12,7 +12,6 @@ import logging
 import signal
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from typing import Any
@@ -35,11 +34,12 @@ PROGRESS_INTERVAL_S = 0.5
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    """What a runner needs besides the job: lease, grace period, threads, where children come from."""
+    """What a runner needs besides the job: lease, grace period, threads, result size cap, where children come from."""
 
     lease_s: float
     cancel_grace_s: float
     threads: int
+    max_result_bytes: int
     ctx: ForkServerContext
 
 
@@ -54,16 +54,17 @@ def run_claimed(store: JobStore, job: Job, *, owner: str, config: RunnerConfig,
              job.spec.budget)
     try:
         child = SolverProcess(job.spec, store.get_graph(job.spec.graph_sha256), threads=config.threads,
-                              ctx=config.ctx)
+                              max_result_bytes=config.max_result_bytes, ctx=config.ctx)
     except Exception as e:
         log.exception("job %s: could not start its solver", job.id)
         return store.mark_failed(by, f"could not start the solver process: {e}")
     try:
         return _Supervisor(store, by, job, child, config, stopping).run()
-    except Exception:
+    except Exception as e:
         log.exception("job %s: the runner failed", job.id)
         child.kill()
-        return store.mark_failed(by, f"the runner failed: {traceback.format_exc(limit=10)}")
+        return store.mark_failed(by, f"the runner failed with an unexpected error ({type(e).__name__}); "
+                                     f"the server log has the details")
     except BaseException:
         child.kill()
         _release_quietly(store, by)
@@ -147,8 +148,12 @@ class _Supervisor:
             job = self.store.mark_finished(self.by, ended_by(message[1], self.stop_reason))
             log.info("job %s: %s (%s)", self.by.job_id, job.status.value if job else "claim lost", message[1]["status"])
             return job
+        if message is not None and message[0] == "crash":
+            log.error("job %s: the solver crashed:\n%s", self.by.job_id, message[1])
+            return self.store.mark_failed(self.by, f"the solver failed with an unexpected error "
+                                                   f"({_exception_name(message[1])}); the server log has the details")
         if message is not None:
-            log.warning("job %s: the solve failed: %s", self.by.job_id, message[1].strip().splitlines()[-1])
+            log.warning("job %s: the solve failed: %s", self.by.job_id, message[1])
             return self.store.mark_failed(self.by, message[1])
         self.child.wait(1.0)
         error = self._death_reason()
@@ -163,6 +168,16 @@ class _Supervisor:
         if self.stop_reason == "time limit":
             return f"the solver ran past its time limit of {self.job.spec.time_limit_s:g} s and was killed"
         return f"the solver process ended without a result ({how})"
+
+
+def _exception_name(trace: str) -> str:
+    """The exception's class named on a traceback's last line (``ValueError: ...`` -> ``ValueError``).
+
+    >>> _exception_name("Traceback (most recent call last):\\n  ...\\nKeyError: 'x'\\n")
+    'KeyError'
+    """
+    last = trace.strip().splitlines()[-1] if trace.strip() else ""
+    return last.partition(":")[0].strip() or "unknown"
 
 
 def ended_by(result: dict[str, Any], stop_reason: str | None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from remat.schedules import GRAPH_FORMAT, MAX_BUDGET_RATIO, MAX_TOTAL_BYTES, Gra
 from remat.solvers import DEFAULT_MIP_GAP, RESULT_FORMAT
 
 from ._jobs import Job, JobStatus
-from ._sweeps import Sweep, status_counts, sweep_status
+from ._sweeps import Sweep, status_counts
 
 __all__ = [
     "GraphIn",
@@ -208,7 +208,7 @@ class SweepSummary(BaseModel):
 
     @classmethod
     def _fields(cls, sweep: Sweep, jobs: list[Job]) -> dict[str, Any]:
-        return {"id": sweep.id, "status": sweep_status(j.status for j in jobs), "graph_name": sweep.graph_name,
+        return {"id": sweep.id, "status": sweep.status(j.status for j in jobs), "graph_name": sweep.graph_name,
                 "graph_sha256": sweep.graph_sha256, "created_at": datetime.fromtimestamp(sweep.created_at, tz=UTC),
                 "counts": status_counts(j.status for j in jobs)}
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import ipaddress
 import logging
+import re
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 import uvicorn
 from pydantic import ValidationError
+from uvicorn.config import LOGGING_CONFIG
 
 from remat.schedules import InvalidRequest
 
@@ -16,7 +21,7 @@ from ._cluster import run_worker
 from ._errors import QueueUnreachable
 from ._settings import Settings
 
-__all__ = ["load_settings", "serve", "work"]
+__all__ = ["RedactTokens", "load_settings", "redacted", "serve", "work"]
 
 log = logging.getLogger("remat.service")
 
@@ -40,15 +45,56 @@ def _configure_logging(settings: Settings) -> None:
 
 
 def serve(settings: Settings) -> None:
-    """Run the API on ``settings.host:settings.port`` until SIGINT or SIGTERM."""
+    """Run the API on ``settings.host:settings.port`` until SIGINT or SIGTERM.
+
+    Refuses (InvalidRequest) to listen beyond this machine without tokens, unless ``settings.insecure``.
+    """
+    _refuse_open_exposure(settings)
     _configure_logging(settings)
     if not settings.queue_url:
         settings.data_dir.mkdir(parents=True, exist_ok=True)  # an unusable data dir is a one-line error, here
-    mode = f"queue {settings.queue_name!r} at {_redacted(settings.queue_url)}" if settings.queue_url else \
+    mode = f"queue {settings.queue_name!r} at {redacted(settings.queue_url)}" if settings.queue_url else \
         f"embedded, {settings.slots} slots, store in {settings.data_dir}"
     log.info("remat serve: %s; authentication %s", mode, "on" if settings.auth_enabled else "off")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=10)
+                log_config=_uvicorn_logging(), timeout_graceful_shutdown=10)
+
+
+def _refuse_open_exposure(settings: Settings) -> None:
+    if settings.auth_enabled or settings.insecure or _loopback(settings.host):
+        return
+    raise InvalidRequest(f"Refusing to listen on {settings.host} without authentication: set REMAT_TOKENS (one or "
+                         f"more comma-separated tokens), listen on 127.0.0.1, or pass --insecure "
+                         f"(REMAT_INSECURE=1) to serve anyone who can reach this address.", field="tokens")
+
+
+def _loopback(host: str) -> bool:
+    """True for an address only this machine can reach (``localhost``, 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class RedactTokens(logging.Filter):
+    """Replaces the value of a ``token=`` query parameter in uvicorn's access log lines with ``***``."""
+
+    _TOKEN = re.compile(r"([?&]token=)[^&\s]*")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(self._TOKEN.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def _uvicorn_logging() -> dict[str, Any]:
+    """uvicorn's logging configuration with :class:`RedactTokens` on its access log."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_tokens"] = {"()": RedactTokens}
+    config["handlers"]["access"].setdefault("filters", []).append("redact_tokens")
+    return config
 
 
 def work(settings: Settings, *, burst: bool = False, name: str | None = None) -> None:
@@ -59,15 +105,24 @@ def work(settings: Settings, *, burst: bool = False, name: str | None = None) ->
     try:
         redis.Redis.from_url(settings.queue_url).ping()
     except redis.RedisError as e:
-        raise QueueUnreachable(f"Cannot reach the queue at {_redacted(settings.queue_url)}: {e}") from None
+        raise QueueUnreachable(f"Cannot reach the queue at {redacted(settings.queue_url)}: {e}") from None
     _configure_logging(settings)
-    log.info("remat worker: queue %r at %s", settings.queue_name, _redacted(settings.queue_url))
+    log.info("remat worker: queue %r at %s", settings.queue_name, redacted(settings.queue_url))
     run_worker(settings, burst=burst, name=name)
 
 
-def _redacted(url: str | None) -> str:
-    """The URL without its password, for logs."""
-    if not url or "@" not in url:
-        return url or ""
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+def redacted(url: str | None) -> str:
+    """The URL without its user name and password, in the address or in its query, for logs and errors.
+
+    >>> redacted("redis://:s3cret@redis:6379/0"), redacted("rediss://u:p@h/0?password=p&db=1")
+    ('redis://***@redis:6379/0', 'rediss://***@h/0?password=***&db=1')
+    """
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = [(k, "***" if k.lower() in ("password", "username", "user") else v)
+             for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{urlencode(query, safe='*')}" if query else "")

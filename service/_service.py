@@ -2,23 +2,26 @@
 
 This is the boundary: a request's graph becomes a :class:`remat.schedules.Graph` here, once, and
 every check that can refuse a request (graph, strategy, backend, budget, limits, queue room) runs
-before a job exists, so a bad request is a 4xx and never a failed job.
+before a job exists, so a bad request is a 4xx and never a failed job. Every lookup names the
+caller's token: another token's job or sweep is answered as one that does not exist (404).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from remat.schedules import BackendUnavailable, Graph, InvalidRequest, resolve_budget
-from remat.solvers import Strategy, available_backends, get_strategy, plan_sweep
+from remat.schedules import BackendUnavailable, Graph, InvalidRequest, JobNotFound, ScheduleEntries, resolve_budget
+from remat.solvers import Strategy, available_backends, get_strategy, sweep_budgets, sweep_strategies
 
+from . import _jobs
 from ._errors import QueueFull, TooManyJobs
 from ._executor import Executor
-from ._jobs import Job, JobStatus, SolveSpec, reusable
+from ._jobs import Job, JobStatus, SolveSpec, needs_run
 from ._metrics import Metrics
 from ._schemas import SolveRequest, SweepRequest
 from ._settings import Settings
@@ -28,6 +31,8 @@ __all__ = ["Service"]
 
 WAIT_POLL_S = (0.01, 0.1)
 """First and longest pause between two looks at a job someone waits for."""
+FULL_SCHEDULE_MAX_IDS = 2_000_000
+"""Most node ids of a schedule's full form the API writes (about 20 MB of JSON); the compact form has no limit."""
 
 
 class Service:
@@ -66,29 +71,63 @@ class Service:
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, WAIT_POLL_S[1])
 
-    def cancel(self, job_id: str) -> Job:
-        job = self.store.request_cancel(job_id)
-        self.executor.cancel(job)
+    def job(self, job_id: str, token: str | None, *, with_result: bool = True) -> Job:
+        """``token``'s job ``job_id``; JobNotFound when there is none, or it is another token's."""
+        job = self.store.get(job_id, with_result=with_result)
+        if job.token != token:
+            raise JobNotFound(job_id)
         return job
+
+    def full_schedule(self, job: Job) -> dict[str, Any] | None:
+        """The job's schedule in the full form (every stage's whole retained set), from its compact form."""
+        schedule: Mapping[str, Any] | None = (job.result or {}).get("schedule")
+        if schedule is None:
+            return None
+        graph = Graph.from_json(self.store.get_graph(job.spec.graph_sha256), limits=self.settings.graph_limits)
+        entries = ScheduleEntries.from_json(graph, schedule)
+        if entries.full_size > FULL_SCHEDULE_MAX_IDS:
+            raise InvalidRequest(f"This schedule's full form has {entries.full_size} node ids; the service writes at "
+                                 f"most {FULL_SCHEDULE_MAX_IDS}. Read the compact form (the default), whose stages "
+                                 f"list what changes.", field="schedule")
+        return entries.to_json(graph, full=True)
+
+    def cancel(self, job_id: str, token: str | None) -> Job:
+        """Cancel ``token``'s job (a no-op once it has ended); returns it as it stands, without its result."""
+        self.job(job_id, token, with_result=False)
+        return self.store.request_cancel(job_id)
 
     # -- sweeps ------------------------------------------------------------------------------------
 
     def submit_sweep(self, request: SweepRequest, token: str | None) -> Sweep:
-        """A sweep of ``request``'s graph: every (strategy, budget) point an ordinary job."""
+        """A sweep of ``request``'s graph: every (strategy, budget) point an ordinary job.
+
+        Without ``budgets``, each heuristic's natural point is added once its run at the top budget has
+        ended (:mod:`._planner`): nothing here runs a strategy, so the API's threads stay free.
+        """
         graph = request.graph.to_graph(self.settings.graph_limits)
         time_limit_s = self._time_limit(request.time_limit_s)
-        self._admit(1, token)  # a full queue or token refuses before the heuristics run for the natural points
-        plan = plan_sweep(graph, strategies=request.strategies, budgets=request.budgets, time_limit_s=time_limit_s)
-        if len(plan.points) > self.settings.max_sweep_points:
-            raise InvalidRequest(f"The sweep has {len(plan.points)} points ({len(plan.strategies)} strategies x "
-                                 f"{len(plan.budgets)} budgets); the limit is {self.settings.max_sweep_points}. "
-                                 f"Name fewer strategies or budgets.", field="budgets")
-        backends = {s: _sweep_backend(get_strategy(s), request.backend) for s in plan.strategies}
+        strategies = sweep_strategies(graph, request.strategies)
+        budgets = list(dict.fromkeys(request.budgets)) if request.budgets is not None else sweep_budgets(graph)
+        natural = 0 if request.budgets is not None else sum(not get_strategy(s).backends for s in strategies)
+        most = len(strategies) * (len(budgets) + natural)
+        if most > self.settings.max_sweep_points:
+            raise InvalidRequest(f"The sweep has up to {most} points ({len(strategies)} strategies x "
+                                 f"({len(budgets)} budgets + {natural} natural points)); the limit is "
+                                 f"{self.settings.max_sweep_points}. Name fewer strategies or budgets.",
+                                 field="budgets")
+        backends = {s: _sweep_backend(get_strategy(s), request.backend) for s in strategies}
         specs = [SolveSpec(graph.sha256, budget, s, backends[s], time_limit_s, request.mip_gap)
-                 for s, budget in plan.points]
-        self._submit(specs, graph, token)
-        sweep = new_sweep(specs, graph_name=graph.name, token=token, now=time.time(), natural=plan.natural)
+                 for s in strategies for budget in budgets]
+        jobs = self._submit(specs, graph, token, reserve=most - len(specs))
+        sweep = new_sweep(jobs, graph_name=graph.name, token=token, now=time.time(), planned=natural == 0)
         self.store.put_sweep(sweep)
+        return sweep
+
+    def sweep(self, sweep_id: str, token: str | None) -> Sweep:
+        """``token``'s sweep ``sweep_id``; JobNotFound when there is none, or it is another token's."""
+        sweep = self.store.get_sweep(sweep_id)
+        if sweep.token != token:
+            raise JobNotFound(sweep_id)
         return sweep
 
     def sweep_jobs(self, sweep: Sweep, *, with_result: bool) -> list[Job]:
@@ -104,17 +143,20 @@ class Service:
                                  f"{self.settings.max_time_limit_s:g} s.", field="time_limit_s")
         return limit
 
-    def _submit(self, specs: Sequence[SolveSpec], graph: Graph, token: str | None) -> list[Job]:
-        """Submit what needs running; a job that is active or holds a reusable result is answered as it is."""
-        existing = {job.id: job for job in self.store.get_many([spec.job_id for spec in specs])}
-        new = [spec for spec in specs if _needs_run(existing.get(spec.job_id))]
+    def _submit(self, specs: Sequence[SolveSpec], graph: Graph, token: str | None, *, reserve: int = 0) -> list[Job]:
+        """Submit what needs running (room for ``reserve`` more jobs to come is checked with it); a job of the
+        token that is active or holds a reusable result is answered as it is."""
+        ids = [_jobs.job_id(spec, token) for spec in specs]
+        existing = {job.id: job for job in self.store.get_many(ids)}
+        new = sum(needs_run(existing.get(i)) for i in ids)
+        if new or reserve:
+            self._admit(new + reserve, token)
         if new:
-            self._admit(len(new), token)
             self.store.put_graph(graph.sha256, graph.to_json())
         jobs = []
-        for spec in specs:
-            job, fresh = existing.get(spec.job_id), False
-            if _needs_run(job):
+        for spec, job_id in zip(specs, ids, strict=True):
+            job, fresh = existing.get(job_id), False
+            if needs_run(job):
                 job, fresh = self.store.submit(spec, graph_name=graph.name, token=token)
                 if fresh:
                     self.executor.dispatch(job)
@@ -124,25 +166,20 @@ class Service:
         return jobs
 
     def _admit(self, new: int, token: str | None) -> None:
-        """Refuse when ``new`` more jobs would overfill the queue (503) or the token's share (429)."""
+        """Refuse when ``new`` more jobs would overfill the queue (503) or the token's share (429; without
+        authentication every caller shares one)."""
         retry = self.settings.retry_after_s
         queued = self.store.count(JobStatus.QUEUED)
         if queued + new > self.settings.max_queued_jobs:
             self.metrics.refused("queue_full")
             raise QueueFull(f"The queue is full ({queued} jobs wait; this request adds {new}, the limit is "
                             f"{self.settings.max_queued_jobs}). Retry in {retry} s.", retry_after_s=retry)
-        if self.settings.auth_enabled:
-            active = self.store.count_active(token)
-            if active + new > self.settings.max_active_jobs_per_token:
-                self.metrics.refused("token_limit")
-                raise TooManyJobs(f"This token has {active} queued or running jobs; this request adds {new}, the "
-                                  f"limit is {self.settings.max_active_jobs_per_token}. Retry in {retry} s.",
-                                  retry_after_s=retry)
-
-
-def _needs_run(job: Job | None) -> bool:
-    """True unless the job exists and is queued, running, or finished with a result that can be reused."""
-    return job is None or (job.status.terminal and not reusable(job))
+        active = self.store.count_active(token)
+        if active + new > self.settings.max_active_jobs_per_token:
+            self.metrics.refused("token_limit")
+            raise TooManyJobs(f"This token has {active} queued or running jobs; this request adds {new}, the "
+                              f"limit is {self.settings.max_active_jobs_per_token}. Retry in {retry} s.",
+                              retry_after_s=retry)
 
 
 def _check_backend(strategy: Strategy, backend: str) -> None:

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from remat.schedules import GraphLimits
 
+from ._store import Retention
+
 __all__ = ["Settings", "default_data_dir"]
 
 
@@ -40,8 +42,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     data_dir: Path = Field(default_factory=default_data_dir)
-    queue_url: str | None = None
-    """``redis://host:port/db``: cluster mode, with jobs in Redis and solves on ``remat worker``s."""
+    queue_url: str | None = Field(default=None, repr=False)
+    """``redis://[:password@]host:port/db``: cluster mode, with jobs in Redis and solves on ``remat worker``s
+    (left out of the settings' repr: it may hold a password)."""
     queue_name: str = Field(default="remat", pattern=r"^[A-Za-z0-9_-]+$")
     """RQ queue the API fills and workers empty (Redis list ``rq:queue:<name>``)."""
     redis_prefix: str = Field(default="remat:", pattern=r"^[A-Za-z0-9_.:-]+$")
@@ -49,13 +52,19 @@ class Settings(BaseSettings):
 
     tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     """Bearer tokens accepted by the API (``REMAT_TOKENS``, comma-separated); none: no authentication."""
+    insecure: bool = False
+    """Serve without tokens on an address other machines can reach (``remat serve`` refuses otherwise)."""
 
     slots: int = Field(default_factory=_default_slots, ge=1, le=256)
     """Solves the embedded executor runs at once (each in its own process)."""
     solver_threads: int | None = Field(default=None, ge=1, le=256)
     """Threads each solve may use; default: the machine's cores shared between the slots."""
 
-    max_body_bytes: int = Field(default=32 * 2**20, ge=1024)
+    max_body_bytes: int = Field(default=16 * 2**20, ge=1024)
+    """Largest request body (a 20,000-node graph with 400,000 edges is about 7 MB of JSON); beyond it, 413."""
+    max_body_bytes_in_flight: int = Field(default=32 * 2**20, ge=1024)
+    """Bytes of all the request bodies the API handles at once (each costs about fifteen times its size while
+    it is parsed); a request finding no room within 10 s gets 503 with Retry-After."""
     max_nodes: int = Field(default=GraphLimits.max_nodes, ge=1)
     max_edges: int = Field(default=GraphLimits.max_edges, ge=0)
     max_time_limit_s: float = Field(default=3600.0, gt=0)
@@ -76,6 +85,23 @@ class Settings(BaseSettings):
     cancel_grace_s: float = Field(default=5.0, ge=0)
     """Seconds a cancelled solve has to return its best plan before its process group is killed."""
     retry_after_s: int = Field(default=5, ge=1)
+
+    share_results: bool = True
+    """Answer a token's request with a copy of a reusable result another token got for the same request (the
+    job stays the token's own; the instant answer tells it such a request was made before)."""
+    max_result_bytes: int = Field(default=64 * 2**20, ge=2**16)
+    """Largest result (remat.result/v1 as JSON) a job may store; a bigger one fails the job, saying so."""
+    retention_s: float = Field(default=7 * 86400.0, gt=0)
+    """Ended jobs and sweeps older than this are deleted, with the graphs nothing kept refers to."""
+    retention_jobs: int = Field(default=100_000, ge=1)
+    """Most ended jobs kept (the newest); beyond it the oldest are deleted."""
+    retention_sweeps: int = Field(default=10_000, ge=1)
+    """Most sweeps kept (the newest)."""
+    expire_interval_s: float = Field(default=60.0, gt=0)
+    """Seconds between two retention passes of each API process and worker."""
+    heartbeat_file: Path | None = None
+    """A file every maintenance pass touches (about every lease_s / 2): ``remat healthcheck`` reads its age (the
+    image sets it for both roles); unset, nothing is written."""
 
     log_level: str = "info"
 
@@ -104,6 +130,13 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _a_body_fits_the_bodies_in_flight(self) -> Settings:
+        if self.max_body_bytes > self.max_body_bytes_in_flight:
+            raise ValueError(f"max_body_bytes ({self.max_body_bytes}) must not exceed max_body_bytes_in_flight "
+                             f"({self.max_body_bytes_in_flight})")
+        return self
+
+    @model_validator(mode="after")
     def _sweeps_fit_the_queue(self) -> Settings:
         if self.max_sweep_points > self.max_queued_jobs:
             raise ValueError(f"max_sweep_points ({self.max_sweep_points}) must not exceed max_queued_jobs "
@@ -113,6 +146,10 @@ class Settings(BaseSettings):
     @property
     def auth_enabled(self) -> bool:
         return bool(self.tokens)
+
+    @property
+    def retention(self) -> Retention:
+        return Retention(self.retention_s, self.retention_jobs, self.retention_sweeps)
 
     @property
     def graph_limits(self) -> GraphLimits:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,30 +14,68 @@ from remat.schedules import JobNotFound
 
 from . import _jobs
 from ._jobs import Job, JobStatus
-from ._store import KEEP, RESULT_BULK, Change, JobStore
+from ._store import GRAPH_GRACE_S, KEEP, RESULT_BULK, Change, Expired, JobStore, Retention
 from ._sweeps import Sweep
 
 __all__ = ["SqliteStore"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    token TEXT,
-    created_at REAL NOT NULL,
-    queued_at REAL NOT NULL,
-    record TEXT NOT NULL,
-    result TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, queued_at);
-CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at);
-CREATE INDEX IF NOT EXISTS jobs_by_token ON jobs (token, status);
-CREATE TABLE IF NOT EXISTS graphs (sha256 TEXT PRIMARY KEY, doc TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sweeps (id TEXT PRIMARY KEY, created_at REAL NOT NULL, record TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS sweeps_by_created ON sweeps (created_at);
-PRAGMA user_version = 1;
-"""
+_MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS jobs (
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        token TEXT,
+        created_at REAL NOT NULL,
+        queued_at REAL NOT NULL,
+        record TEXT NOT NULL,
+        result TEXT
+    );
+    CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, queued_at);
+    CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at);
+    CREATE INDEX IF NOT EXISTS jobs_by_token ON jobs (token, status);
+    CREATE TABLE IF NOT EXISTS graphs (sha256 TEXT PRIMARY KEY, doc TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS sweeps (id TEXT PRIMARY KEY, created_at REAL NOT NULL, record TEXT NOT NULL);
+    CREATE INDEX IF NOT EXISTS sweeps_by_created ON sweeps (created_at)
+    """,
+    # 2: tenancy (jobs and sweeps listed per token), the shared result cache, fair claims, retention.
+    """
+    ALTER TABLE jobs ADD COLUMN graph TEXT GENERATED ALWAYS AS (json_extract(record, '$.spec.graph_sha256')) VIRTUAL;
+    ALTER TABLE jobs ADD COLUMN finished_at REAL GENERATED ALWAYS AS (json_extract(record, '$.finished_at')) VIRTUAL;
+    CREATE INDEX jobs_of_token ON jobs (token, created_at);
+    CREATE INDEX jobs_by_graph ON jobs (graph);
+    CREATE INDEX jobs_by_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+    ALTER TABLE sweeps ADD COLUMN token TEXT GENERATED ALWAYS AS (json_extract(record, '$.token')) VIRTUAL;
+    ALTER TABLE sweeps ADD COLUMN graph TEXT GENERATED ALWAYS AS (json_extract(record, '$.graph_sha256')) VIRTUAL;
+    ALTER TABLE sweeps ADD COLUMN planned INTEGER
+        GENERATED ALWAYS AS (coalesce(json_extract(record, '$.planned'), 1)) VIRTUAL;
+    CREATE INDEX sweeps_of_token ON sweeps (token, created_at);
+    CREATE INDEX sweeps_by_graph ON sweeps (graph);
+    CREATE INDEX sweeps_unplanned ON sweeps (planned) WHERE planned = 0;
+    ALTER TABLE graphs ADD COLUMN used_at REAL NOT NULL DEFAULT 0;
+    CREATE TABLE cache (key TEXT PRIMARY KEY, job_id TEXT NOT NULL);
+    CREATE TABLE served (token TEXT PRIMARY KEY, at REAL NOT NULL)
+    """,
+)
+"""Schema changes in order; ``PRAGMA user_version`` says how many a file has had."""
+
 _ACTIVE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+_ENDED = tuple(s.value for s in JobStatus if s.terminal)
+_FAIR_NEXT = """
+SELECT q.id FROM jobs AS q
+LEFT JOIN (SELECT coalesce(token, '') AS t, count(*) AS n FROM jobs WHERE status = 'running' GROUP BY t) AS r
+    ON r.t = coalesce(q.token, '')
+LEFT JOIN served AS s ON s.token = coalesce(q.token, '')
+WHERE q.status = 'queued'
+ORDER BY coalesce(r.n, 0), coalesce(s.at, 0), q.queued_at
+LIMIT 1
+"""
+"""The next job to claim: of the token with the fewest running jobs, then served longest ago; its oldest."""
+_EXPIRED_JOBS = f"""
+SELECT id FROM jobs WHERE status IN ({",".join("?" * len(_ENDED))}) AND finished_at < ?
+UNION
+SELECT id FROM (SELECT id FROM jobs WHERE status IN ({",".join("?" * len(_ENDED))})
+                ORDER BY finished_at DESC LIMIT -1 OFFSET ?)
+"""
 
 
 class SqliteStore(JobStore):
@@ -51,7 +88,7 @@ class SqliteStore(JobStore):
         self._local = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._conn().executescript(_SCHEMA)
+        self.migrate()
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -64,17 +101,17 @@ class SqliteStore(JobStore):
                 self._opened.append(conn)
         return conn
 
-    # -- jobs --------------------------------------------------------------------------------------
-
-    def _insert(self, job: Job) -> bool:
-        cur = self._conn().execute(
-            "INSERT OR IGNORE INTO jobs (id, status, token, created_at, queued_at, record) VALUES (?, ?, ?, ?, ?, ?)",
-            (job.id, job.status.value, job.token, job.created_at, job.queued_at, json.dumps(job.to_record())))
-        return cur.rowcount == 1
-
-    def _update(self, job_id: str, change: Change, *, result: Mapping[str, Any] | None = KEEP) -> Job | None:
-        with self._immediate() as conn:
-            return self._apply(conn, job_id, change, result)
+    def migrate(self) -> None:
+        """Bring the file's schema up to date, one migration per transaction (a no-op once it is)."""
+        if self._conn().execute("PRAGMA user_version").fetchone()[0] >= len(_MIGRATIONS):
+            return
+        for number, script in enumerate(_MIGRATIONS, start=1):
+            with self._immediate() as conn:
+                if conn.execute("PRAGMA user_version").fetchone()[0] >= number:
+                    continue
+                for statement in script.split(";"):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {number}")
 
     @contextmanager
     def _immediate(self) -> Iterator[sqlite3.Connection]:
@@ -83,10 +120,28 @@ class SqliteStore(JobStore):
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")  # inside the try: a COMMIT that fails (busy, disk full) rolls back too
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def _insert(self, job: Job, result: Mapping[str, Any] | None = None) -> bool:
+        with self._immediate() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO jobs (id, status, token, created_at, queued_at, record, result) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (job.id, job.status.value, job.token, job.created_at, job.queued_at, json.dumps(job.to_record()),
+                 None if result is None else json.dumps(result)))
+            if cur.rowcount == 1 and result is not None:
+                self._cache(conn, job)
+            return cur.rowcount == 1
+
+    def _update(self, job_id: str, change: Change, *, result: Mapping[str, Any] | None = KEEP) -> Job | None:
+        with self._immediate() as conn:
+            return self._apply(conn, job_id, change, result)
 
     def _apply(self, conn: sqlite3.Connection, job_id: str, change: Change,
                result: Mapping[str, Any] | None) -> Job | None:
@@ -101,15 +156,31 @@ class SqliteStore(JobStore):
         if result is not KEEP:
             conn.execute("UPDATE jobs SET result = ? WHERE id = ?",
                          (None if result is None else json.dumps(result), job_id))
+            if result is not None and _jobs.reusable(new):
+                self._cache(conn, new)
         return new
 
+    @staticmethod
+    def _cache(conn: sqlite3.Connection, job: Job) -> None:
+        conn.execute("INSERT INTO cache (key, job_id) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET job_id = "
+                     "excluded.job_id", (job.spec.key, job.id))
+
+    def _cached_job(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT job_id FROM cache WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
     def claim_next(self, owner: str) -> Job | None:
-        """Claim the job that has waited longest, if any: the embedded executor's queue."""
         with self._immediate() as conn:
-            row = conn.execute("SELECT id FROM jobs WHERE status = ? ORDER BY queued_at LIMIT 1",
-                               (JobStatus.QUEUED.value,)).fetchone()
-            return None if row is None else self._apply(conn, row[0], lambda j: _jobs.claim(
-                j, owner=owner, now=time.time(), lease_s=self.lease_s), KEEP)
+            row = conn.execute(_FAIR_NEXT).fetchone()
+            if row is None:
+                return None
+            now = self.clock()
+            job = self._apply(conn, row[0], lambda j: _jobs.claim(j, owner=owner, now=now, lease_s=self.lease_s),
+                              KEEP)
+            if job is not None:
+                conn.execute("INSERT INTO served (token, at) VALUES (?, ?) ON CONFLICT (token) DO UPDATE SET "
+                             "at = excluded.at", (job.token or "", now))
+            return job
 
     def get(self, job_id: str, *, with_result: bool = True) -> Job:
         column = "result" if with_result else "NULL"
@@ -136,13 +207,14 @@ class SqliteStore(JobStore):
             chunk = list(job_ids[start:start + 500])
             yield from self._conn().execute(f"{select} WHERE {where}id IN ({','.join('?' * len(chunk))})", chunk)
 
-    def list_jobs(self, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:
+    def list_jobs(self, token: str | None, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:
         if status is None:
-            rows = self._conn().execute("SELECT record, NULL FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,))
+            rows = self._conn().execute(
+                "SELECT record, NULL FROM jobs WHERE token IS ? ORDER BY created_at DESC LIMIT ?", (token, limit))
         else:
             rows = self._conn().execute(
-                "SELECT record, NULL FROM jobs WHERE status = ? ORDER BY created_at DESC LIMIT ?",
-                (status.value, limit))
+                "SELECT record, NULL FROM jobs WHERE token IS ? AND status = ? ORDER BY created_at DESC LIMIT ?",
+                (token, status.value, limit))
         return [_job(row) for row in rows]
 
     def jobs_with_status(self, status: JobStatus) -> list[Job]:
@@ -162,7 +234,10 @@ class SqliteStore(JobStore):
     # -- graphs and sweeps -------------------------------------------------------------------------
 
     def put_graph(self, sha256: str, doc: Mapping[str, Any]) -> None:
-        self._conn().execute("INSERT OR IGNORE INTO graphs (sha256, doc) VALUES (?, ?)", (sha256, json.dumps(doc)))
+        conn = self._conn()
+        if conn.execute("UPDATE graphs SET used_at = ? WHERE sha256 = ?", (self.clock(), sha256)).rowcount == 0:
+            conn.execute("INSERT OR IGNORE INTO graphs (sha256, doc, used_at) VALUES (?, ?, ?)",
+                         (sha256, json.dumps(doc), self.clock()))
 
     def get_graph(self, sha256: str) -> dict[str, Any]:
         row = self._conn().execute("SELECT doc FROM graphs WHERE sha256 = ?", (sha256,)).fetchone()
@@ -175,15 +250,48 @@ class SqliteStore(JobStore):
         self._conn().execute("INSERT OR IGNORE INTO sweeps (id, created_at, record) VALUES (?, ?, ?)",
                              (sweep.id, sweep.created_at, json.dumps(sweep.to_record())))
 
+    def replace_sweep(self, sweep: Sweep) -> None:
+        self._conn().execute("UPDATE sweeps SET record = ? WHERE id = ?", (json.dumps(sweep.to_record()), sweep.id))
+
     def get_sweep(self, sweep_id: str) -> Sweep:
         row = self._conn().execute("SELECT record FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
         if row is None:
             raise JobNotFound(sweep_id)
         return Sweep.from_record(json.loads(row[0]))
 
-    def list_sweeps(self, *, limit: int = 50) -> list[Sweep]:
-        rows = self._conn().execute("SELECT record FROM sweeps ORDER BY created_at DESC LIMIT ?", (limit,))
+    def list_sweeps(self, token: str | None, *, limit: int = 50) -> list[Sweep]:
+        rows = self._conn().execute("SELECT record FROM sweeps WHERE token IS ? ORDER BY created_at DESC LIMIT ?",
+                                    (token, limit))
         return [Sweep.from_record(json.loads(r[0])) for r in rows]
+
+    def unplanned_sweeps(self) -> list[Sweep]:
+        rows = self._conn().execute("SELECT record FROM sweeps WHERE planned = 0 ORDER BY created_at")
+        return [Sweep.from_record(json.loads(r[0])) for r in rows]
+
+    # -- retention ---------------------------------------------------------------------------------
+
+    def expire(self, retention: Retention) -> Expired:
+        now = self.clock()
+        cutoff = now - retention.max_age_s
+        conn = self._conn()
+        doomed = [r[0] for r in conn.execute(_EXPIRED_JOBS, (*_ENDED, cutoff, *_ENDED, retention.max_jobs))]
+        jobs = 0
+        for start in range(0, len(doomed), 500):
+            chunk = doomed[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            with self._immediate() as conn:  # a job run again since it was chosen is queued: the status keeps it
+                conn.execute(f"DELETE FROM cache WHERE job_id IN ({marks})", chunk)
+                jobs += conn.execute(f"DELETE FROM jobs WHERE id IN ({marks}) AND status IN "
+                                     f"({','.join('?' * len(_ENDED))})", (*chunk, *_ENDED)).rowcount
+        with self._immediate() as conn:
+            sweeps = conn.execute(
+                "DELETE FROM sweeps WHERE created_at < ? OR id IN (SELECT id FROM sweeps ORDER BY created_at DESC "
+                "LIMIT -1 OFFSET ?)", (cutoff, retention.max_sweeps)).rowcount
+            graphs = conn.execute(
+                "DELETE FROM graphs WHERE used_at < ? AND NOT EXISTS (SELECT 1 FROM jobs WHERE graph = sha256) "
+                "AND NOT EXISTS (SELECT 1 FROM sweeps WHERE graph = sha256)",
+                (now - min(GRAPH_GRACE_S, retention.max_age_s),)).rowcount
+        return Expired(jobs, sweeps, graphs)
 
     def ping(self) -> None:
         self._conn().execute("SELECT 1 FROM jobs LIMIT 1").fetchall()

@@ -13,7 +13,7 @@ from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
 from ._segments import segment_schedule
 from ._solve import solve
 from ._strategy import Strategy, check_chain, check_training_graph, every_graph
-from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets
+from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets, sweep_strategies
 from .backends import available_backends
 
 __all__ = [
@@ -45,4 +45,5 @@ __all__ = [
     "segment_schedule",
     "solve",
     "sweep_budgets",
+    "sweep_strategies",
 ]

@@ -85,8 +85,9 @@ class Result:
     def fits(self) -> bool:
         return self.peak_memory is not None and self.peak_memory <= self.budget
 
-    def to_json(self, *, log_tail: int = 50) -> dict[str, Any]:
-        """The remat.result/v1 document."""
+    def to_json(self, *, log_tail: int = 50, full_schedule: bool = False) -> dict[str, Any]:
+        """The remat.result/v1 document; its schedule in the compact form (which grows with the plan), or with
+        ``full_schedule`` every stage's whole retained set (stages x nodes entries at worst)."""
         g = self.graph
         return {
             "format": RESULT_FORMAT,
@@ -105,7 +106,7 @@ class Result:
             "min_feasible_budget": g.min_feasible_budget,
             "checkpoint_all_peak": g.checkpoint_all_peak,
             "solve_time_s": round(self.solve_time_s, 4),
-            "schedule": self.schedule.to_json(g) if self.schedule is not None else None,
+            "schedule": self.schedule.to_json(g, full=full_schedule) if self.schedule is not None else None,
             "plan": self.plan.to_json(g) if self.plan is not None else None,
             "fallback": self.fallback,
             "log": self.log[-log_tail:],

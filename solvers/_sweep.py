@@ -16,7 +16,7 @@ from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable
 from ._registry import STRATEGIES, get_strategy
 from ._solve import solve
 
-__all__ = ["SWEEP_POINTS", "SweepPlan", "plan_sweep", "sweep_budgets"]
+__all__ = ["SWEEP_POINTS", "SweepPlan", "plan_sweep", "sweep_budgets", "sweep_strategies"]
 
 SWEEP_POINTS = 12
 """Evenly spaced budgets in a default sweep (natural points come on top)."""
@@ -69,13 +69,15 @@ def plan_sweep(graph: Graph, *, strategies: Sequence[str] | None = None, budgets
     if isinstance(points, bool) or not isinstance(points, int) or points < 2:
         raise InvalidRequest(f"A sweep needs at least 2 points (the smallest feasible budget and the "
                              f"checkpoint-all peak), got {points!r}.", field="points")
-    names = _applicable(graph, strategies)
+    names = sweep_strategies(graph, strategies)
     natural = _natural_budgets(graph, names, time_limit_s) if budgets is None else {}
     chosen = sorted(set(sweep_budgets(graph, points)) | set(natural.values())) if budgets is None else budgets
     return SweepPlan(tuple(names), tuple(dict.fromkeys(chosen)), natural)
 
 
-def _applicable(graph: Graph, strategies: Sequence[str] | None) -> list[str]:
+def sweep_strategies(graph: Graph, strategies: Sequence[str] | None = None) -> list[str]:
+    """The strategies of a sweep: those named (each must exist and apply; UnknownStrategy or
+    StrategyNotApplicable otherwise), or every registered strategy that applies to ``graph``."""
     if strategies is not None:
         for name in strategies:
             get_strategy(name).check(graph)

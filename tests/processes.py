@@ -7,12 +7,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 from remat.solvers.backends._process import read_frame, write_frame
+
+T = TypeVar("T")
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
 """The tests' Redis database. Each test keeps its keys under its own namespace (store prefix, queue
@@ -168,3 +173,39 @@ def helper_messages(doc: dict[str, object], budget: int, tasks: tuple[str, ...],
     proc.stdout.close()
     assert proc.wait(10) == 0
     return messages
+
+
+def at_once(calls: list[Callable[[], T]]) -> list[T]:
+    """Run every call in a thread of its own, all at once; their results, in order."""
+    results: list[T | None] = [None] * len(calls)
+
+    def run(k: int) -> None:
+        results[k] = calls[k]()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results  # type: ignore[return-value]
+
+
+def memory_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory now (VmRSS) or at its peak (VmHWM), MB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
+
+
+def invented_methods(port: int, requests: int, *, connections: int = 4) -> None:
+    """Send ``requests`` requests with made-up HTTP methods (``M0X17 /v1/jobs``) over kept-alive connections."""
+    def flood(k: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s, s.makefile("rb") as answers:
+            for i in range(requests // connections):
+                s.sendall(f"M{k}X{i} /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                length = 0
+                while (line := answers.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                answers.read(length)
+
+    at_once([lambda k=k: flood(k) for k in range(connections)])

@@ -7,7 +7,7 @@ vendored Plotly bundle (:mod:`._assets`). The router lives in :mod:`remat.servic
 """
 
 from ._assets import ASSETS, PLOTLY_VERSION, Asset
-from ._job_view import MAX_SIDE, MAX_STEPS, Blocks, PlanStats, downsample, job_figures, memory_envelope, plan_stats
+from ._job_view import MAX_SIDE, MAX_STEPS, Blocks, PlanStats, job_figures, memory_envelope, plan_stats, run_blocks
 from ._load import JobView, load_job, load_recent, load_sweep
 from ._render import (
     job_update,
@@ -45,7 +45,6 @@ __all__ = [
     "TableCell",
     "TableRow",
     "byte_unit",
-    "downsample",
     "job_figures",
     "job_update",
     "load_job",
@@ -59,6 +58,7 @@ __all__ = [
     "render_report",
     "render_root",
     "render_sweep",
+    "run_blocks",
     "step_curve",
     "strategy_color",
     "sweep_figure",

@@ -4,8 +4,9 @@ and the plan's statistics (recomputations per node, arena size).
 Everything is recomputed from the result's plan by the simulator and :func:`remat.schedules.layout_plan`,
 so the page shows what the plan does, not what a solver claimed. Big inputs are reduced on the server so
 a page stays small: a heat map keeps at most ``MAX_SIDE`` rows and columns (each cell the fraction of set
-entries in its block), and the memory line at most ``MAX_STEPS`` points (each the highest memory of its
-span of steps, so the peak survives).
+entries in its block, summed from the schedule's entries without ever building its stages x nodes
+matrices), and the memory line at most ``MAX_STEPS`` points (each the highest memory of its span of
+steps, so the peak survives).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from remat.schedules import Graph, Plan, Schedule, Simulation, format_size, layout_plan, simulate
+from remat.schedules import Graph, Plan, ScheduleEntries, Simulation, format_size, layout_plan, simulate
 
 from ._sweep_view import byte_unit, strategy_color
 
-__all__ = ["MAX_SIDE", "MAX_STEPS", "Blocks", "PlanStats", "downsample", "job_figures", "memory_envelope",
-           "plan_stats"]
+__all__ = ["MAX_SIDE", "MAX_STEPS", "Blocks", "PlanStats", "job_figures", "memory_envelope", "plan_stats", "run_blocks"]
 
 MAX_SIDE = 400
 """Most rows or columns of a heat map sent to the browser."""
@@ -30,6 +30,9 @@ MAX_STEPS = 1500
 """Most points of the memory line sent to the browser."""
 TOP_NODES = 12
 """Most recomputed nodes listed by name."""
+LARGEST_FIRST_BUFFERS = 2000
+"""Plans with more buffers are laid out in plan order (linear) for their page, not largest first (quadratic:
+5 s at 10,000 buffers, 24 s at 20,000, in an API thread)."""
 
 
 @dataclass(frozen=True)
@@ -47,23 +50,35 @@ class Blocks:
         return self.row_step == self.col_step == 1
 
 
-def downsample(matrix: np.ndarray, max_side: int = MAX_SIDE) -> Blocks:
-    """``matrix`` with at most ``max_side`` rows and columns, each cell the fraction of set entries in its block.
+def run_blocks(shape: tuple[int, int], cols: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               max_side: int = MAX_SIDE) -> Blocks:
+    """The boolean matrix whose column ``cols[k]`` is set on rows ``starts[k]`` to ``ends[k] - 1`` (runs that do
+    not overlap), reduced to at most ``max_side`` rows and columns, each cell the fraction of set entries in
+    its block. Memory and time grow with the runs and the blocks, never with the matrix.
 
-    >>> b = downsample(np.eye(5, dtype=bool), 3)
+    >>> b = run_blocks((5, 5), np.arange(5), np.arange(5), np.arange(1, 6), 3)  # the identity
     >>> b.z.tolist(), (b.row_step, b.col_step)
     ([[0.5, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 1.0]], (2, 2))
-    >>> downsample(np.eye(2, dtype=bool)).exact
-    True
+    >>> run_blocks((2, 2), np.array([1]), np.array([0]), np.array([2])).z.tolist()
+    [[0.0, 1.0], [0.0, 1.0]]
     """
-    rows, cols = matrix.shape
-    rs, cs = max(1, math.ceil(rows / max_side)), max(1, math.ceil(cols / max_side))
-    nr, nc = math.ceil(rows / rs), math.ceil(cols / cs)
-    padded = np.zeros((nr * rs, nc * cs), dtype=np.int64)
-    padded[:rows, :cols] = matrix
-    sums = padded.reshape(nr, rs, nc, cs).sum(axis=(1, 3))
+    rows, columns = shape
+    rs, cs = max(1, math.ceil(rows / max_side)), max(1, math.ceil(columns / max_side))
+    nr, nc = math.ceil(rows / rs), math.ceil(columns / cs)
+    col, a, b = np.asarray(cols) // cs, np.asarray(starts), np.asarray(ends)
+    first, last = a // rs, (b - 1) // rs
+    sums = np.zeros((nr + 1, nc))
+    within = first == last
+    np.add.at(sums, (first[within], col[within]), (b - a)[within])
+    across = ~within
+    np.add.at(sums, (first[across], col[across]), ((first + 1) * rs - a)[across])  # the head of a long run
+    np.add.at(sums, (last[across], col[across]), (b - last * rs)[across])  # its tail
+    whole = np.zeros((nr + 1, nc))  # the blocks strictly between: +rs from the head's next block, -rs at the tail
+    np.add.at(whole, (first[across] + 1, col[across]), rs)
+    np.add.at(whole, (last[across], col[across]), -rs)
+    sums = (sums + np.cumsum(whole, axis=0))[:nr]
     row_sizes = np.minimum(rs, rows - rs * np.arange(nr))
-    col_sizes = np.minimum(cs, cols - cs * np.arange(nc))
+    col_sizes = np.minimum(cs, columns - cs * np.arange(nc))
     return Blocks(sums / np.outer(row_sizes, col_sizes), rs, cs)
 
 
@@ -108,7 +123,7 @@ class PlanStats:
 
 def plan_stats(graph: Graph, plan: Plan, sim: Simulation) -> PlanStats:
     """Statistics of ``plan`` (already simulated as ``sim``), including its arena layout."""
-    layout = layout_plan(graph, plan)
+    layout = layout_plan(graph, plan, largest_first_limit=LARGEST_FIRST_BUFFERS)
     extra = sim.compute_counts - 1
     extra_cost = extra * graph.cost
     order = sorted(np.flatnonzero(extra > 0).tolist(), key=lambda v: (-extra_cost[v], -extra[v]))[:TOP_NODES]
@@ -127,9 +142,12 @@ def job_figures(graph: Graph, result: Mapping[str, Any]) -> tuple[dict[str, Any]
     figures = {"memory": _memory_figure(graph, plan, sim, int(result["budget"]), color),
                "recompute": _recompute_figure(graph, sim, color)}
     if result.get("schedule") is not None:
-        schedule = Schedule.from_json(graph, result["schedule"])
-        figures["R"] = _heatmap(downsample(schedule.R), color)
-        figures["S"] = _heatmap(downsample(schedule.S), color)
+        entries = ScheduleEntries.from_json(graph, result["schedule"])
+        shape = (entries.stages, graph.size)
+        figures["R"] = _heatmap(run_blocks(shape, entries.compute_node, entries.compute_stage,
+                                           entries.compute_stage + 1), color)
+        figures["S"] = _heatmap(run_blocks(shape, entries.retain_node, entries.retain_start, entries.retain_end),
+                                color)
     return figures, plan_stats(graph, plan, sim)
 
 

@@ -19,7 +19,7 @@ from remat.schedules import Graph, JobNotFound
 from .._jobs import Job, JobStatus
 from .._schemas import JobPublic, SweepSummary
 from .._service import Service
-from .._sweeps import sweep_status
+from .._sweeps import Sweep
 from ._job_view import PlanStats, job_figures
 from ._sweep_view import SweepCell, SweepView
 
@@ -84,9 +84,8 @@ def _summaries(service: Service, jobs: Iterable[Job]) -> dict[str, dict[str, Any
     return {job_id: summary for (job_id, _), summary in _SUMMARIES.get_many(keys, load).items()}
 
 
-def load_sweep(service: Service, sweep_id: str) -> SweepView:
+def load_sweep(service: Service, sweep: Sweep) -> SweepView:
     """The sweep's grid as it stands: every point's job status and, once solved, its result's numbers."""
-    sweep = service.store.get_sweep(sweep_id)
     jobs = {j.id: j for j in service.sweep_jobs(sweep, with_result=False)}
     summaries = _summaries(service, jobs.values())
     low, high = _bounds(service, sweep.graph_sha256)
@@ -96,14 +95,15 @@ def load_sweep(service: Service, sweep_id: str) -> SweepView:
         graph_name=sweep.graph_name, min_feasible_budget=low, checkpoint_all_peak=high,
         strategies=tuple(dict.fromkeys(p.strategy for p in sweep.points)),
         budgets=tuple(sorted({p.budget for p in sweep.points})), cells=cells, natural=dict(sweep.natural),
-        status=sweep_status(j.status for j in jobs.values()).value)
+        status=sweep.status(j.status for j in jobs.values()).value)
 
 
-def load_recent(service: Service, *, sweeps: int, jobs: int) -> dict[str, Any]:
-    """The front page's lists: recent sweeps with their jobs' counts, recent jobs with their results' numbers."""
-    recent = service.store.list_jobs(limit=jobs)
+def load_recent(service: Service, token: str | None, *, sweeps: int, jobs: int) -> dict[str, Any]:
+    """The front page's lists: ``token``'s recent sweeps with their jobs' counts, its recent jobs with their
+    results' numbers."""
+    recent = service.store.list_jobs(token, limit=jobs)
     return {"sweeps": [SweepSummary.of(s, service.sweep_jobs(s, with_result=False)).model_dump()
-                       for s in service.store.list_sweeps(limit=sweeps)],
+                       for s in service.store.list_sweeps(token, limit=sweeps)],
             "jobs": [JobPublic.of(j).model_dump() for j in recent], "summaries": _summaries(service, recent)}
 
 
@@ -126,12 +126,12 @@ _JOB_VIEWS: _Memo[tuple[str, float | None], JobView] = _Memo(32)
 """Views of the ended jobs shown last, by (job id, end time)."""
 
 
-def load_job(service: Service, job_id: str) -> JobView:
-    """The job and its result, with the plan replayed through the simulator and laid out when it has one."""
-    job = service.store.get(job_id, with_result=False)
+def load_job(service: Service, job: Job) -> JobView:
+    """The job (read without its result) and its result, with the plan replayed through the simulator and
+    laid out when it has one."""
     if not job.status.terminal:
         return _job_view(service, job)
-    return _JOB_VIEWS.get((job.id, job.finished_at), lambda: _job_view(service, service.store.get(job_id)))
+    return _JOB_VIEWS.get((job.id, job.finished_at), lambda: _job_view(service, service.store.get(job.id)))
 
 
 def _job_view(service: Service, job: Job) -> JobView:

@@ -98,54 +98,69 @@ class PageRoute(APIRoute):
         return route
 
 
+ViewerDep = Annotated[str | None, Depends(viewer)]
 pages = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=PageRoute,
-                  dependencies=[Depends(viewer)])
+                  dependencies=[Depends(viewer)])  # every page, even one that does not ask for the viewer
 public = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=PageRoute)
 
 
 @pages.get("")
-def index(service: ServiceDep) -> HTMLResponse:
-    """Recent sweeps with their progress, recent jobs with their results' numbers."""
-    return HTMLResponse(render_index(**load_recent(service, sweeps=RECENT_SWEEPS, jobs=RECENT_JOBS)))
+def index(service: ServiceDep, token: ViewerDep) -> HTMLResponse:
+    """The viewer's recent sweeps with their progress, recent jobs with their results' numbers."""
+    return HTMLResponse(render_index(**load_recent(service, token, sweeps=RECENT_SWEEPS, jobs=RECENT_JOBS)))
 
 
 @pages.get("/sweeps/{sweep_id}")
-def sweep_page(sweep_id: IdPath, service: ServiceDep) -> HTMLResponse:
+def sweep_page(sweep_id: IdPath, service: ServiceDep, token: ViewerDep) -> HTMLResponse:
     """Overhead against budget for every strategy, the table behind it, and live progress."""
-    view = load_sweep(service, sweep_id)
+    view = load_sweep(service, service.sweep(sweep_id, token))
     poll = None if view.done else f"/dashboard/sweeps/{sweep_id}/data"
     return HTMLResponse(render_sweep(view, sweep_id=sweep_id, poll=poll))
 
 
 @pages.get("/sweeps/{sweep_id}/data")
-def sweep_data(sweep_id: IdPath, service: ServiceDep) -> JSONResponse:
+def sweep_data(sweep_id: IdPath, service: ServiceDep, token: ViewerDep) -> JSONResponse:
     """What the sweep page swaps in while the sweep runs."""
-    view = load_sweep(service, sweep_id)
+    view = load_sweep(service, service.sweep(sweep_id, token))
     return JSONResponse(sweep_update(view, poll=None if view.done else f"/dashboard/sweeps/{sweep_id}/data"))
 
 
 @pages.get("/jobs/{job_id}")
-def job_page(job_id: IdPath, service: ServiceDep) -> HTMLResponse:
+def job_page(job_id: IdPath, service: ServiceDep, token: ViewerDep) -> HTMLResponse:
     """The job's result, memory over its plan against the budget, R/S heat maps, plan statistics."""
-    view = load_job(service, job_id)
+    view = load_job(service, service.job(job_id, token, with_result=False))
     poll = None if view.ended else f"/dashboard/jobs/{job_id}/data"
     return HTMLResponse(render_job(view.job, view.result, figures=view.figures, stats=view.stats, poll=poll,
                                    notice=view.notice))
 
 
 @pages.get("/jobs/{job_id}/data")
-def job_data(job_id: IdPath, service: ServiceDep) -> JSONResponse:
+def job_data(job_id: IdPath, service: ServiceDep, token: ViewerDep) -> JSONResponse:
     """The job's progress while it runs; ``reload`` once it has ended."""
-    job = service.store.get(job_id, with_result=False)
+    job = service.job(job_id, token, with_result=False)
     poll = None if job.status.terminal else f"/dashboard/jobs/{job_id}/data"
     return JSONResponse(job_update(JobPublic.of(job).model_dump(mode="json"), poll=poll))
+
+
+LOGIN_FORM_BYTES = 4096
+"""Most bytes of the sign-in form (a token and a page address) read from anyone, signed in or not."""
 
 
 @public.post("/login")
 async def login(request: Request) -> Response:
     """The sign-in form's target: checks the token, sets the cookie, goes on to the page asked for."""
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    form = parse_qs((await _small_body(request, LOGIN_FORM_BYTES)).decode("utf-8", "replace"))
     return _sign_in(request, form.get("token", [""])[0], _local(form.get("next", ["/dashboard"])[0]))
+
+
+async def _small_body(request: Request, max_bytes: int) -> bytes:
+    """The body, read no further than ``max_bytes`` (413 beyond: the rest is never received)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise HTTPException(413, f"The sign-in form is over the {max_bytes} bytes it may have.")
+    return bytes(body)
 
 
 @public.get("/static/{name}")

@@ -14,8 +14,9 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", operation_id="healthz")
-def healthz() -> dict[str, str]:
-    """The process is alive; checks nothing else, so it never fails while the process runs."""
+async def healthz() -> dict[str, str]:
+    """The process is alive; checks nothing else, so it never fails while the process runs (it runs on the
+    event loop, not in the thread pool that busy routes may fill)."""
     return {"status": "ok"}
 
 

@@ -26,20 +26,20 @@ def create_sweep(body: SweepRequest, service: ServiceDep, token: TokenDep) -> JS
 
 
 @router.get("", operation_id="list_sweeps", response_model=SweepList, responses=PROBLEM_RESPONSES)
-def list_sweeps(service: ServiceDep, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> SweepList:
-    """The most recent sweeps, newest first, with their jobs' counts by status."""
+def list_sweeps(service: ServiceDep, token: TokenDep, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> SweepList:
+    """The caller's most recent sweeps, newest first, with their jobs' counts by status."""
     sweeps = [SweepSummary.of(s, service.sweep_jobs(s, with_result=False))
-              for s in service.store.list_sweeps(limit=limit)]
+              for s in service.store.list_sweeps(token, limit=limit)]
     return SweepList(sweeps=sweeps, count=len(sweeps))
 
 
 @router.get("/{sweep_id}", operation_id="get_sweep", response_model=SweepPublic, responses=PROBLEM_RESPONSES)
-def get_sweep(sweep_id: IdPath, service: ServiceDep,
+def get_sweep(sweep_id: IdPath, service: ServiceDep, token: TokenDep,
               results: Annotated[Literal["full", "summary"], Query(
                   description="'summary' leaves each result's schedule, plan and log out: what tables and "
                               "charts need, many times smaller for large graphs")] = "full") -> SweepPublic:
     """The sweep's status, its jobs' statuses, and every result so far (remat.result/v1)."""
-    sweep = service.store.get_sweep(sweep_id)
+    sweep = service.sweep(sweep_id, token)
     if results == "full":
         return SweepPublic.of(sweep, service.sweep_jobs(sweep, with_result=True))
     jobs = service.sweep_jobs(sweep, with_result=False)

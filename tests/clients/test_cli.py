@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from factories import BENCHMARK_DIR, graph_doc
 
 from remat.clients.cli import main
+from remat.schedules import Graph, Schedule
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -40,6 +42,20 @@ def test_validate_and_solve_a_graph_of_size_zero(capsys: pytest.CaptureFixture[s
 
 
 VGG16 = str(BENCHMARK_DIR / "vgg16.json")
+
+
+def test_solve_writes_the_compact_schedule_or_the_full_one(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    compact, full = tmp_path / "compact.json", tmp_path / "full.json"
+    for out, extra in ((compact, []), (full, ["--full-schedule"])):
+        code, _, err = run(capsys, "solve", VGG16, "--budget-ratio", "1", "--strategy", "checkpoint-all",
+                           "-o", str(out), *extra)
+        assert code == 0, err
+    graph = Graph.from_path(VGG16)
+    compact_doc, full_doc = json.loads(compact.read_text()), json.loads(full.read_text())
+    assert compact_doc["schedule"]["encoding"] == "changes" and "encoding" not in full_doc["schedule"]
+    assert np.array_equal(Schedule.from_json(graph, compact_doc["schedule"]).S,
+                          Schedule.from_json(graph, full_doc["schedule"]).S)
+    assert compact_doc["plan"] == full_doc["plan"]
 
 
 @pytest.mark.parametrize(("args", "words"), [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,3 +59,23 @@ def test_refusals_and_failures_are_service_errors_with_the_servers_detail(server
             client.strategies()
         with pytest.raises(ServiceError, match="Cannot reach"):  # the event stream too
             next(client.events("any"))
+
+
+def test_a_refusal_for_lack_of_room_is_tried_again_after_its_retry_after(tmp_path: Path):
+    procs = Processes(tmp_path, {"REMAT_DATA_DIR": str(tmp_path / "data"), "REMAT_MAX_ACTIVE_JOBS_PER_TOKEN": "1",
+                                 "REMAT_RETRY_AFTER_S": "1"})
+    try:
+        url = procs.server("--slots", "1").url
+        with Client(url, retry_s=0) as impatient, Client(url, retry_s=30) as patient:
+            busy = impatient.submit(chain(900), budget_ratio=0.5, strategy="griewank", time_limit_s=300)
+            with pytest.raises(ServiceError) as refused:
+                impatient.submit(chain(5), budget_ratio=1.0, strategy="checkpoint-all")
+            assert refused.value.status == 429
+            with pytest.raises(ServiceError, match="has not ended within 0.5 s"):
+                impatient.result(busy["id"], timeout_s=0.5)
+            threading.Timer(2.0, impatient.cancel, args=(busy["id"],)).start()
+            started = time.monotonic()
+            result = patient.solve(chain(5), budget_ratio=1.0, strategy="checkpoint-all")
+            assert result["status"] == "feasible" and time.monotonic() - started >= 1.5
+    finally:
+        procs.stop_all()

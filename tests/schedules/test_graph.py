@@ -22,6 +22,11 @@ def test_reads_and_writes_the_same_document():
     assert g.base_cost == 3.0
 
 
+def test_a_repeated_dep_counts_once_in_its_first_place():
+    g = Graph.from_json(graph_doc([node("a"), node("b"), node("c", ["b", "a", "b", "a"])]))
+    assert g.deps[2] == (1, 0)
+
+
 def test_hash_ignores_metadata_but_not_costs():
     a = Graph.from_json(graph_doc([node("a", op="x", name="first")], name="one"))
     b = Graph.from_json(graph_doc([node("a")], name="two"))

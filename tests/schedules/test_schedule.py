@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 from factories import BENCHMARK_NAMES, benchmark_graph, chain, random_dags
@@ -7,6 +9,7 @@ from hypothesis import strategies as st
 from remat.schedules import (
     InvalidSchedule,
     Schedule,
+    ScheduleEntries,
     checkpoint_all_plan,
     checkpoint_all_schedule,
     plan_from_schedule,
@@ -67,8 +70,45 @@ def test_closure_recomputes_from_the_nearest_retained_value():
 def test_json_round_trip():
     g = chain(3)
     sch = checkpoint_all_schedule(g)
-    back = Schedule.from_json(g, sch.to_json(g))
-    assert np.array_equal(back.R, sch.R) and np.array_equal(back.S, sch.S)
+    for full in (False, True):
+        back = Schedule.from_json(g, sch.to_json(g, full=full))
+        assert np.array_equal(back.R, sch.R) and np.array_equal(back.S, sch.S)
+
+
+@given(st.integers(2, 12), st.integers(0, 2**32 - 1))
+def test_both_json_forms_hold_any_schedule(half, seed):
+    g = chain(half)
+    rng = np.random.default_rng(seed)
+    sch = Schedule(rng.random((g.size, g.size)) < 0.3, rng.random((g.size, g.size)) < 0.5)
+    compact, full = sch.to_json(g), sch.to_json(g, full=True)
+    for doc in (compact, full):
+        back = Schedule.from_json(g, doc)
+        assert np.array_equal(back.R, sch.R) and np.array_equal(back.S, sch.S)
+    assert ScheduleEntries.from_json(g, compact).full_size == sch.R.sum() + sch.S.sum()
+    assert Schedule.from_json(g, compact).to_json(g, full=True) == full
+
+
+def test_the_compact_form_grows_with_the_plan_not_with_stages_times_nodes():
+    g = chain(400)
+    sch = checkpoint_all_schedule(g)
+    compact, full = (len(json.dumps(sch.to_json(g, full=f))) for f in (False, True))
+    assert compact * 20 < full
+    first = sch.to_json(g)["stages"]
+    assert first[1] == {"compute": ["f1"], "keep": ["f0"]}  # f0 is kept from stage 1 on, until its gradient
+
+
+def test_compact_changes_must_agree_with_what_is_retained():
+    g = chain(2)
+    stages = [{"compute": [g.ids[t]]} for t in range(g.size)]
+    with pytest.raises(InvalidSchedule, match="'drop' names 'f0', which is not retained") as err:
+        Schedule.from_json(g, {"encoding": "changes", "stages": [stages[0], {**stages[1], "drop": ["f0"]},
+                                                                 *stages[2:]]})
+    assert err.value.stage == 1
+    twice = [stages[0], {**stages[1], "keep": ["f0"]}, {**stages[2], "keep": ["f0"]}, *stages[3:]]
+    with pytest.raises(InvalidSchedule, match="already retained"):
+        Schedule.from_json(g, {"encoding": "changes", "stages": twice})
+    with pytest.raises(InvalidSchedule, match="encoding"):
+        Schedule.from_json(g, {"encoding": "zip", "stages": stages})
 
 
 def test_schedule_errors_name_the_stage():

@@ -4,15 +4,16 @@ and an in-process app for the request-level tests."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 from processes import REDIS_URL, Processes
 
-from remat.service import Settings, create_app
+from remat.service import JobStore, RedisStore, Settings, SqliteStore, create_app
 
 
 @pytest.fixture
@@ -65,3 +66,24 @@ def client(settings: Settings) -> Iterator[TestClient]:
     """The app in process, with its embedded executor running real solver processes."""
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., JobStore]]:
+    """Opens this test's store of each kind (SQLite in tmp_path, Redis under the test's namespace) with the
+    policy given (lease_s, max_attempts, share_results, clock); the test runs once per kind."""
+    opened: list[JobStore] = []
+
+    def make(**policy: Any) -> JobStore:
+        if request.param == "sqlite":
+            store: JobStore = SqliteStore(tmp_path / "jobs.sqlite3", **policy)
+        else:
+            request.getfixturevalue("redis_db")
+            store = RedisStore(redis.Redis.from_url(REDIS_URL, decode_responses=True),
+                               prefix=f"{request.getfixturevalue('namespace')}:", **policy)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()

@@ -73,17 +73,15 @@ def test_a_full_queue_answers_503_with_retry_after(settings: Settings):
             assert "queue is full" in r.json()["detail"]
 
 
-def test_a_sweep_is_refused_for_a_full_queue_before_its_heuristics_run(settings: Settings,
-                                                                        monkeypatch: pytest.MonkeyPatch):
-    planned: list[object] = []
-    monkeypatch.setattr("remat.service._service.plan_sweep", lambda *args, **kwargs: planned.append(args))
+def test_a_sweep_is_refused_for_a_full_queue(settings: Settings):
     tight = Settings.model_validate({**settings.model_dump(), "max_queued_jobs": 1, "max_sweep_points": 1, "slots": 1})
     with TestClient(create_app(tight), raise_server_exceptions=False) as c:
         busy = c.post("/v1/solve", json={**_body(3), "graph": benchmark_graph("rl500").to_json(),
                                          "budget_ratio": 0.8, "strategy": "checkmate", "time_limit_s": 30}).json()
         wait_until(lambda: c.get(f"/v1/jobs/{busy['id']}").json()["status"] == "running")
         assert c.post("/v1/solve", json=_body(401)).status_code == 202  # waits behind it: the queue is full
-        r = c.post("/v1/sweeps", json={"graph": chain(8).to_json()})
+        r = c.post("/v1/sweeps", json={"graph": chain(8).to_json(), "strategies": ["checkpoint-all"],
+                                       "budgets": [10**6]})
         assert r.status_code == 503 and "queue is full" in r.json()["detail"]
-        assert planned == []
+        assert c.get("/v1/sweeps").json()["count"] == 0
         c.post(f"/v1/jobs/{busy['id']}/cancel")

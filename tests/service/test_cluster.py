@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import redis
 from factories import chain
@@ -99,3 +103,19 @@ def test_cancel_reaches_the_worker_and_stops_the_solve(processes: Processes, sto
         final, pid = cancel_when_running(client, store, chain(900), "griewank")
     assert final["status"] == "cancelled" and not alive(pid), brief(final)
     assert final["result"] is None or final["result"]["status"] == "cancelled"
+
+
+def test_a_workers_heartbeat_says_whether_its_maintenance_runs(processes: Processes, store: RedisStore, tmp_path):
+    """What the image's HEALTHCHECK and the workers' liveness probe run: `remat healthcheck`."""
+    beat = tmp_path / "heartbeat"
+    worker = processes.worker(REMAT_HEARTBEAT_FILE=str(beat))
+    env = {**os.environ, "REMAT_HEARTBEAT_FILE": str(beat)}
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "remat.clients.cli", "healthcheck", "--max-age", "3"],
+                              env=env, capture_output=True, text=True, timeout=30)
+
+    assert "healthy" in wait_until(lambda: (done := check()).returncode == 0 and done).stdout
+    worker.kill()
+    failed = wait_until(lambda: (done := check()).returncode == 2 and done, timeout_s=15)
+    assert "Unhealthy: the last maintenance pass was" in failed.stderr

@@ -128,12 +128,15 @@ def test_bounded_load_of_new_and_cached_requests(processes: Processes):
 
 @pytest.mark.parametrize("args, message", [
     (["worker", "--queue", "redis://:hunter2-secret@127.0.0.1:1/0"], "Cannot reach the queue at redis://***@127.0.0.1:1/0"),
+    (["worker", "--queue", "redis://127.0.0.1:1/0?password=hunter2-secret"],
+     "Cannot reach the queue at redis://127.0.0.1:1/0?password=***"),
+    (["serve", "--host", "0.0.0.0"], "Refusing to listen on 0.0.0.0 without authentication"),
     (["worker"], "A worker needs a queue"),
     (["serve", "--data-dir", "/proc/no-such-dir"], "No such file or directory"),
     (["serve", "--port", "70000"], "Setting 'port' (REMAT_PORT)"),
 ])
 def test_commands_that_cannot_start_say_why_in_one_line(args: list[str], message: str):
     done = subprocess.run([sys.executable, "-m", "remat.clients.cli", *args], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "REMAT_QUEUE_URL": ""})
+                          timeout=60, env={**os.environ, "REMAT_QUEUE_URL": "", "REMAT_TOKENS": ""})
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
     assert "hunter2" not in done.stderr + done.stdout

@@ -12,11 +12,11 @@ SPEC = SolveSpec("a" * 64, 1000, "checkpoint-all")
 
 
 def test_identical_requests_share_an_id_and_any_difference_changes_it():
-    assert SolveSpec("a" * 64, 1000, "checkpoint-all").job_id == SPEC.job_id
+    assert SolveSpec("a" * 64, 1000, "checkpoint-all").key == SPEC.key
     variants = [replace(SPEC, budget=1001), replace(SPEC, strategy="checkpoint-last"), replace(SPEC, backend="highs"),
                 replace(SPEC, time_limit_s=61.0), replace(SPEC, mip_gap=0.01), replace(SPEC, graph_sha256="b" * 64)]
-    assert len({v.job_id for v in variants} | {SPEC.job_id}) == len(variants) + 1
-    assert replace(SPEC, time_limit_s=60).job_id == replace(SPEC, time_limit_s=60.0).job_id
+    assert len({v.key for v in variants} | {SPEC.key}) == len(variants) + 1
+    assert replace(SPEC, time_limit_s=60).key == replace(SPEC, time_limit_s=60.0).key
 
 
 def _finished(result_status: str, strategy: str = "checkpoint-all") -> jobs.Job:
@@ -42,10 +42,10 @@ def test_a_runner_that_lost_its_claim_can_no_longer_change_the_job():
     running = jobs.claim(queued, owner="o", now=2.0, lease_s=10)
     assert running is not None and running.attempts == 1
     assert jobs.claim(running, owner="p", now=2.0, lease_s=10) is None
-    stale = Claim(SPEC.job_id, "o", 0)
+    stale = Claim(SPEC.key, "o", 0)
     assert jobs.renew(running, stale, now=3.0, lease_s=10) is None
     assert jobs.finish(running, stale, now=3.0, result={"status": "feasible"}) is None
-    assert jobs.renew(running, Claim(SPEC.job_id, "o", 1), now=3.0, lease_s=10).lease_until == 13.0
+    assert jobs.renew(running, Claim(SPEC.key, "o", 1), now=3.0, lease_s=10).lease_until == 13.0
 
 
 def test_a_lost_job_is_queued_again_until_its_attempts_run_out():
@@ -78,12 +78,30 @@ def test_cancel_ends_a_queued_job_and_flags_a_running_one():
     assert jobs.request_cancel(flagged, now=4.0) is None
 
 
-def test_resubmit_reruns_a_failed_job_but_keeps_a_reusable_one():
-    assert jobs.resubmit(_finished("feasible"), now=5.0, token=None) is None
-    rerun = jobs.resubmit(_finished("timeout"), now=5.0, token="t")
-    assert rerun.status is JobStatus.QUEUED and rerun.attempts == 0 and rerun.token == "t"
+def test_a_rerun_replaces_a_failed_job_but_keeps_a_reusable_one():
+    fresh = jobs.new_job(SPEC, graph_name="g", token=None, now=5.0)
+    assert jobs.rerun(_finished("feasible"), fresh) is None
+    rerun = jobs.rerun(_finished("timeout"), fresh)
+    assert rerun.status is JobStatus.QUEUED and rerun.attempts == 0 and rerun.created_at == 5.0
+
+
+def test_each_token_has_its_own_job_for_one_request():
+    mine, theirs = (jobs.new_job(SPEC, graph_name="g", token=t, now=1.0) for t in ("t1", "t2"))
+    assert mine.id != theirs.id and mine.spec.key == theirs.spec.key == SPEC.key
+    assert jobs.new_job(SPEC, graph_name="g", token=None, now=1.0).id == SPEC.key  # no authentication
 
 
 def test_records_round_trip():
     job = _finished("feasible")
     assert jobs.Job.from_record(job.to_record()) == job
+
+
+def test_a_process_that_reuses_a_dead_owners_pid_is_not_that_owner():
+    """After a container restart the new process may get the old one's pid; its start time tells them apart."""
+    host, pid, started, slot = jobs.owner_name("slot0").split(":")
+    assert pid == str(os.getpid()) and started.isdigit()
+    before_restart = f"{host}:{pid}:{int(started) - 1}:{slot}"
+    assert jobs.owner_here(before_restart) is False
+    running = jobs.claim(jobs.new_job(SPEC, graph_name="g", token=None, now=1.0), owner=before_restart, now=2.0,
+                         lease_s=1)
+    assert "exited" in jobs.lost_reason(running, now=2.5, lease_s=1)  # at once, not after five leases

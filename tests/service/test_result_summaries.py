@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-import redis
-from processes import REDIS_URL
 
-from remat.service import Claim, JobStore, RedisStore, SolveSpec, SqliteStore
+from remat.service import Claim, JobStore, SolveSpec
 from remat.service._store import RESULT_BULK
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    if request.param == "sqlite":
-        s: JobStore = SqliteStore(tmp_path / "jobs.sqlite3")
-    else:
-        request.getfixturevalue("redis_db")
-        s = RedisStore(redis.Redis.from_url(REDIS_URL, decode_responses=True),
-                       prefix=f"{request.getfixturevalue('namespace')}:")
-    yield s
-    s.close()
+@pytest.fixture
+def store(make_store: Callable[..., JobStore]) -> JobStore:
+    return make_store()
 
 
 def finished(store: JobStore, budget: int, result: dict) -> str:

@@ -46,3 +46,15 @@ def test_an_unreachable_store_makes_the_service_unready_and_answers_503(settings
             {"id": "a", "deps": [], "cost": 1, "memory": 1}]}, "budget": 10, "strategy": "checkpoint-all"})
         assert r.status_code == 503 and r.headers["retry-after"] == "5"
         assert r.json()["type"] == "urn:remat:problem:store-unreachable"
+
+
+def test_a_full_redis_is_a_503_not_a_500(client: TestClient, monkeypatch):
+    import redis
+
+    def full(*args, **kwargs):
+        raise redis.exceptions.OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'.")
+
+    monkeypatch.setattr(client.app.state.service.store, "put_graph", full)
+    r = client.post("/v1/solve", json={"graph": {"format": "remat.graph/v1", "nodes": [
+        {"id": "a", "deps": [], "cost": 1, "memory": 1}]}, "budget": 10, "strategy": "checkpoint-all"})
+    assert r.status_code == 503 and r.headers["retry-after"] == "5" and "full" in r.json()["detail"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from factories import chain
 from fastapi.testclient import TestClient
 from processes import wait_until
+
+from remat.solvers import solve
 
 
 def _submit(client: TestClient, n: int = 8, **extra) -> dict:
@@ -53,3 +56,16 @@ def test_events_stream_the_job_until_it_ends(client: TestClient):
                 event = {}
     assert events[-1]["event"] == "end" and json.loads(events[-1]["data"])["status"] == "succeeded"
     assert [int(e["id"]) for e in events] == list(range(1, len(events) + 1))
+
+
+def test_results_carry_the_compact_schedule_and_the_full_one_on_request(client: TestClient,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    job = _submit(client, n=8)
+    wait_until(lambda: client.get(f"/v1/jobs/{job['id']}").json()["status"] == "succeeded")
+    compact = client.get(f"/v1/jobs/{job['id']}").json()["result"]["schedule"]
+    full = client.get(f"/v1/jobs/{job['id']}", params={"schedule": "full"}).json()["result"]["schedule"]
+    expected = solve(chain(8), budget_ratio=1.0, strategy="checkpoint-all").to_json(full_schedule=True)
+    assert compact["encoding"] == "changes" and full == expected["schedule"]
+    monkeypatch.setattr("remat.service._service.FULL_SCHEDULE_MAX_IDS", 10)
+    r = client.get(f"/v1/jobs/{job['id']}", params={"schedule": "full"})
+    assert r.status_code == 422 and "compact form" in r.json()["detail"] and r.json()["field"] == "schedule"

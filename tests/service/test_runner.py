@@ -1,0 +1,45 @@
+"""The runner's record of how a solve ended: what the job's caller sees, and what only the server log keeps."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from remat.service import Claim, SolveSpec, SqliteStore
+from remat.service._runner import RunnerConfig, _Supervisor
+
+TRACEBACK = ('Traceback (most recent call last):\n  File "/opt/venv/lib/python3.11/site-packages/remat/solvers/'
+             '_solve.py", line 82, in solve\nKeyError: \'secret-internal-name\'\n')
+
+
+class _CrashingChild:
+    """A solver child that reports an unexpected exception, as ``_main`` does."""
+
+    pid = 123456
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def alive(self) -> bool:
+        return not self.sent
+
+    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
+        self.sent = True
+        return [("crash", TRACEBACK)]
+
+
+def test_a_crash_reaches_the_log_but_only_its_exception_name_reaches_the_job(tmp_path: Path,
+                                                                              caplog: pytest.LogCaptureFixture):
+    store = SqliteStore(tmp_path / "jobs.sqlite3")
+    job, _ = store.submit(SolveSpec("a" * 64, 100, "checkpoint-all"), graph_name="g", token=None)
+    running = store.mark_running(job.id, "o")
+    config = RunnerConfig(lease_s=3, cancel_grace_s=1, threads=1, max_result_bytes=2**20, ctx=None)  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="remat.service"):
+        final = _Supervisor(store, Claim(job.id, "o", 1), running, _CrashingChild(), config,
+                            threading.Event()).run()
+    assert final.status.value == "failed" and "KeyError" in final.error and "server log" in final.error
+    assert "Traceback" not in final.error and "secret-internal-name" not in final.error
+    assert "secret-internal-name" in caplog.text and job.id in caplog.text
