@@ -171,7 +171,7 @@ class _Partition:
     def __call__(self, gm: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None,
                  **_: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
-        primals = [n for n in gm.graph.find_nodes(op="placeholder") if not n.name.startswith("tangents")]
+        primals, _tangents = joint_inputs
         static = set(static_lifetime_input_indices or ())
         args = self.args if self.args is not None and len(self.args) == len(primals) else None
         kinds: list[InputKind] = [
