@@ -26,14 +26,14 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from remat.schedules import Graph, InvalidRequest, Plan, Simulation, format_size
+from remat.schedules import Graph, InvalidRequest, Plan, Simulation, format_size, simulate
 
 from ._capture import DryRun, backward_start
 from ._costs import node_costs
-from ._errors import CaptureError
+from ._errors import CaptureError, PlanRejected
 from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
-from ._planning import Budget, Planner, check_result
+from ._planning import Budget, Planner, check_result, computing_random_ops_once
 
 __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
 
@@ -133,8 +133,11 @@ class RematBackend:
         assert self.budget is not None and self.planner is not None
         held = sum(b for f, b in self._held.items() if f != frame)
         budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
-        result, source = self.planner.result(graph, budget, what=joint.name)
-        plan, simulation = check_result(graph, result, budget=budget, joint=joint)
+        solved, source = self.planner.result(graph, budget, what=joint.name)
+        plan, simulation = check_result(graph, solved, budget=budget, joint=joint)
+        result: Mapping[str, Any] = solved
+        if self.compiler == "inductor":
+            result, plan, simulation = _random_ops_once(graph, solved, plan, simulation, budget)
         steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
         self._held[frame] = int(simulation.timeline[split_point(joint, steps) - 1])
         self.planned.append(PlannedGraph(joint, graph, result, plan, simulation, budget, source))
@@ -204,6 +207,25 @@ def _inductor_partitioner(partition: _Partition) -> Any:
             return None
 
     return RematPartitioner()
+
+
+def _random_ops_once(graph: Graph, result: Mapping[str, Any], plan: Plan, simulation: Simulation,
+                     budget: int) -> tuple[Mapping[str, Any], Plan, Simulation]:
+    """The plan for Inductor, which cannot replay a random state: random ops computed once and kept
+    (see :func:`computing_random_ops_once`), simulated again; the result says so. Refused if it no longer fits."""
+    kept = computing_random_ops_once(graph, plan)
+    if kept == plan:
+        return result, plan, simulation
+    again = simulate(graph, kept)
+    if again.peak_memory > budget:
+        raise PlanRejected(f"With compiler='inductor', random ops (dropout) cannot be computed again (Inductor "
+                           f"cannot replay a random state), and the plan that keeps them peaks at "
+                           f"{format_size(again.peak_memory)}, over the budget of {format_size(budget)}. Use "
+                           f"compiler='eager' or a larger budget.")
+    note = f"random ops computed once for Inductor: peak {again.peak_memory}, cost {again.cost:g}"
+    return ({**result, "plan": kept.to_json(graph), "peak_memory": again.peak_memory, "cost": again.cost,
+             "overhead": again.cost / graph.base_cost if graph.base_cost else None,
+             "log": [*result.get("log", []), note]}, kept, again)
 
 
 def _detach_all_but_the_marked(gm: fx.GraphModule, backward_from: str | int) -> None:

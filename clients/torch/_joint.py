@@ -311,8 +311,16 @@ def _bytes(val: Any) -> int:
 
 
 def _is_rng(node: fx.Node) -> bool:
-    tags = getattr(node.target, "tags", ())
-    return torch.Tag.nondeterministic_seeded in tags
+    """Whether the op draws random numbers: a seeded op (dropout, attention with dropout), unless its
+    dropout probability is 0 or it is not training, when it draws none."""
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return True
+    values = {a.name: node.args[i] if i < len(node.args) else node.kwargs.get(a.name, a.default_value)
+              for i, a in enumerate(schema.arguments)}
+    return not (values.get("dropout_p") == 0 or values.get("p") == 0 or values.get("train") is False)
 
 
 def _tangent_dependent(graph: fx.Graph, tangents: Sequence[fx.Node]) -> set[str]:

@@ -14,7 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from remat.schedules import Graph, InvalidPlan, InvalidRequest, Plan, Simulation, format_size, parse_size, simulate
+from remat.schedules import (
+    Graph,
+    InvalidPlan,
+    InvalidRequest,
+    Op,
+    Plan,
+    Simulation,
+    format_size,
+    parse_size,
+    simulate,
+)
 from remat.solvers import FITTING_STATUSES, Convergence
 
 from ._cache import PlanCache
@@ -22,7 +32,8 @@ from ._errors import PlanRejected
 from ._joint import JointGraph
 from ._progress import ProgressLine
 
-__all__ = ["SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio", "check_result"]
+__all__ = ["SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio", "check_result",
+           "computing_random_ops_once"]
 
 SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap")
 """Solver options a remat service takes with a request."""
@@ -156,6 +167,31 @@ class Planner:
             return floor
         peaks = [(r["peak_memory"], r["strategy"]) for r in (failed, floor) if r.get("peak_memory") is not None]
         return {**failed, "smallest_peak": min(peaks) if peaks else None}
+
+
+def computing_random_ops_once(graph: Graph, plan: Plan) -> Plan:
+    """``plan`` with every random op (dropout) computed once and freed after its last reader.
+
+    For a compiler that cannot replay a random state (Inductor): instead of freeing a random op's
+    value and computing it again, the plan keeps it. It holds more, so it must be simulated again.
+    """
+    random = {v for v, node in enumerate(graph.nodes) if node.meta.get("rng")}
+    last: dict[int, int] = {}  # random op -> the step after which it goes: its last reader, or its compute
+    for k, (op, v) in enumerate(plan.steps):
+        if op == "compute":
+            last.update({u: k for u in graph.deps[v] if u in random})
+            if v in random:
+                last.setdefault(v, k)
+    steps: list[tuple[Op, int]] = []
+    computed: set[int] = set()
+    for k, (op, v) in enumerate(plan.steps):
+        if v in random and (op == "free" or v in computed):
+            continue
+        steps.append((op, v))
+        if op == "compute":
+            computed.add(v)
+            steps.extend(("free", u) for u in random if last[u] == k and u in computed)
+    return Plan.of(steps)
 
 
 def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int,

@@ -129,7 +129,7 @@ def test_torch_compile_with_the_remat_backend_plans_each_shape():
 def test_inductor_keeps_the_plans_recomputations():
     from torch._inductor.utils import run_and_get_code
 
-    model = _text_model("gpt2")
+    model = _text_model("llama")  # no dropout: Inductor runs the plan as solved (see the training tests)
     ref = copy.deepcopy(model)
     batch = _batch()
 

@@ -276,3 +276,22 @@ def test_graphs_of_one_step_share_a_byte_budget_in_the_order_they_run():
 
     with pytest.raises(Exception, match=r"cannot be captured as one graph: torch.compile stops at .*graph_break"):
         rematerialize(_TwoGraphs(), (x,), activation_budget=1.0)
+
+
+def test_with_inductor_random_ops_are_kept_instead_of_replayed():
+    model, inputs, loss_fn = _model("gpt")
+    ref = copy.deepcopy(model)
+    graph = rematerialize(copy.deepcopy(model), inputs, activation_budget=1.0, strategy="checkpoint-all",
+                          loss_fn=loss_fn, compiler="inductor").graph
+    replay = _forced_dropout_replay(graph)
+    rm = rematerialize(model, inputs, loss_fn=loss_fn, compiler="inductor", result=replay)
+    assert "random ops computed once for Inductor" in rm.result["log"][-1]
+    computes = [v for op, v in rm.plan.steps if op == "compute"]
+    assert all(computes.count(v) == 1 for v, node in enumerate(graph.nodes) if node.meta.get("rng"))
+    assert rm.simulation.peak_memory == rm.result["peak_memory"] <= replay["budget"]
+    torch.manual_seed(5)
+    rm(*inputs).backward()
+    torch.manual_seed(5)
+    loss_fn(ref, *inputs).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
