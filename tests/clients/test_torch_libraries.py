@@ -154,10 +154,6 @@ def test_inductor_keeps_the_plans_recomputations():
     assert len(re.findall(r"extern_kernels\.(?:mm|addmm)\(", kernels)) == matmuls
     assert len(re.findall(r"extern_kernels\.bmm\(", kernels)) == batched
 
-    model.zero_grad(set_to_none=True)
-    peak = activation_peak(lambda: _step(rm, batch), model.parameters())
-    assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory
-
 
 def test_backward_from_the_loss_returns_the_other_outputs_without_gradient_and_counts_them_less():
     model = _text_model("gpt2")
