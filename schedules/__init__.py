@@ -3,6 +3,7 @@
 Everything here is plain Python and NumPy; other packages build on it and never the reverse.
 """
 
+from ._batched import BatchedGraph
 from ._budget import MAX_BUDGET_RATIO, format_size, parse_size, resolve_budget
 from ._errors import (
     BackendUnavailable,
@@ -22,6 +23,7 @@ from ._plan import Op, Plan, Simulation, checkpoint_all_plan, simulate
 from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
 
 __all__ = [
+    "BatchedGraph",
     "GRAPH_FORMAT",
     "MAX_BUDGET_RATIO",
     "MAX_TOTAL_BYTES",

@@ -8,6 +8,7 @@ from ._articulation import articulation_points
 from ._checkpoint import checkpoint_all, checkpoint_last
 from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Convergence, Outcome, Progress, SolveContext
 from ._griewank import binomial_steps, revolve_schedule
+from ._max_batch import BatchTrial, MaxBatch, max_batch
 from ._registry import STRATEGIES, get_strategy
 from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
 from ._segments import segment_schedule
@@ -23,7 +24,9 @@ __all__ = [
     "RESULT_FORMAT",
     "STRATEGIES",
     "SWEEP_POINTS",
+    "BatchTrial",
     "Convergence",
+    "MaxBatch",
     "Outcome",
     "Progress",
     "Result",
@@ -40,6 +43,7 @@ __all__ = [
     "checkpoint_last",
     "every_graph",
     "get_strategy",
+    "max_batch",
     "plan_sweep",
     "revolve_schedule",
     "segment_schedule",

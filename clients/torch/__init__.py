@@ -13,6 +13,7 @@ from ._capture import LossFn
 from ._costs import COST_MODELS, DEVICE_PROFILES, CostModel, DeviceProfile, measured_costs, node_costs, roofline_costs
 from ._errors import CaptureError, PlanRejected
 from ._joint import JointGraph, Producer
+from ._max_batch import max_batch
 from ._measure import LiveBytes, StepTime, activation_peak, time_call
 from ._planning import Budget, check_result
 
@@ -39,6 +40,7 @@ __all__ = [
     "capture",
     "check_result",
     "export_graph",
+    "max_batch",
     "measured_costs",
     "node_costs",
     "rematerialize",
