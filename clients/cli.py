@@ -1,4 +1,4 @@
-"""The ``remat`` command line: solve, validate, strategies, compare, profile, serve, worker and healthcheck.
+"""The ``remat`` command line: solve, validate, strategies, compare, max-batch, profile, serve, worker and healthcheck.
 
 Every command reports failure as one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -98,6 +98,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="write the chart and table as one self-contained HTML file")
     p.set_defaults(run=_compare)
 
+    p = sub.add_parser("max-batch", help="the largest batch each strategy fits in a device's memory")
+    p.add_argument("graphs", nargs="+", metavar="FILE@BATCH",
+                   help="the model's graph at one batch size (activations taken as proportional to it), or at "
+                        "two or more (memory and cost fitted as lines in the batch, and checked)")
+    p.add_argument("--budget", type=_size, required=True, help="the device's bytes, fixed memory included (16GiB)")
+    p.add_argument("--strategies", type=_names, default=["checkmate", "checkpoint-all"],
+                   help="comma-separated, or all (default: checkmate,checkpoint-all)")
+    p.add_argument("--max-overhead", type=float,
+                   help="largest cost over the base cost a plan may have (default: one extra forward pass)")
+    p.add_argument("--time-limit", type=float, default=30.0,
+                   help="seconds per batch tried (default 30; checkmate stops sooner once its plan stops improving)")
+    p.add_argument("--json", action="store_true", help="print each strategy's answer as JSON")
+    p.set_defaults(run=_max_batch)
+
     p = sub.add_parser("profile", help="capture a PyTorch model's training step as a remat.graph/v1 (needs torch)")
     p.add_argument("factory", metavar="MODULE:FACTORY",
                    help="FACTORY([batch_size=N]) returns (model, example_inputs[, loss_fn]); MODULE is a module "
@@ -127,6 +141,12 @@ def _sizes(text: str) -> list[int]:
 
 def _compare(args: argparse.Namespace) -> int:
     from remat.clients._compare import run
+
+    return run(args)
+
+
+def _max_batch(args: argparse.Namespace) -> int:
+    from remat.clients._max_batch import run
 
     return run(args)
 

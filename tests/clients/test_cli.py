@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from factories import BENCHMARK_DIR, graph_doc
+from factories import BENCHMARK_DIR, chain, graph_doc
 
 from remat.clients.cli import main
 from remat.schedules import Graph, Schedule
@@ -69,3 +69,32 @@ def test_bad_arguments_get_one_line_naming_them(capsys: pytest.CaptureFixture[st
     code, out, err = run(capsys, *args)
     assert code == 2
     assert "error: " in err and words in err and "Traceback" not in err
+
+
+def test_max_batch_prints_each_strategy_against_checkpoint_all(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    paths = []
+    for batch in (2, 4):
+        path = tmp_path / f"chain-b{batch}.json"
+        path.write_text(json.dumps(chain(8, cost=2.0 * batch, memory=100 * batch, fixed_memory=1_000).to_json()))
+        paths.append(f"{path}@{batch}")
+    code, out, _ = run(capsys, "max-batch", *paths, "--budget", "50000", "--time-limit", "10")
+    assert code == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    assert set(rows) == {"checkmate", "checkpoint-all"}
+    assert rows["checkpoint-all"][-1] == "1.00x" and int(rows["checkmate"][1]) > int(rows["checkpoint-all"][1])
+    code, out, _ = run(capsys, "max-batch", *paths, "--budget", "50000", "--strategies", "chen-greedy", "--json")
+    (answer,) = json.loads(out)
+    assert answer["strategy"] == "chen-greedy" and answer["result"]["peak_memory"] <= 50_000
+    assert answer["batch"] == max(t["batch"] for t in answer["trials"] if t["ok"])
+
+
+@pytest.mark.parametrize(("graphs", "extra", "words"), [
+    ([VGG16], [], "name each graph with the batch size it was captured at, as FILE@BATCH"),
+    ([f"{VGG16}@256", f"{VGG16}@256"], [], "Two graphs at batch 256"),
+    ([f"{VGG16}@256", f"{BENCHMARK_DIR / 'vgg19.json'}@512"], [], "have different nodes"),
+    ([f"{VGG16}@256"], ["--max-overhead", "0.5"], "'max_overhead' must be >= 1"),
+])
+def test_max_batch_refuses_graphs_it_cannot_read_as_lines(capsys: pytest.CaptureFixture[str], graphs: list[str],
+                                                          extra: list[str], words: str) -> None:
+    code, _, err = run(capsys, "max-batch", *graphs, "--budget", "16GiB", *extra)
+    assert code == 2 and words in err and "Traceback" not in err

@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from torch_models import MODELS  # noqa: E402
+from torch_models import MODELS, mlp  # noqa: E402
 
-from remat.clients.torch import PlanCache, activation_peak, export_graph, rematerialize  # noqa: E402
+from remat.clients.torch import PlanCache, activation_peak, export_graph, max_batch, rematerialize  # noqa: E402
 from remat.schedules import (  # noqa: E402
     Graph,
     Plan,
@@ -106,6 +106,30 @@ def test_training_follows_the_plan(name, strategy, ratio):
     planned = rm.plans[0].simulation.peak_memory - rm.plans[0].joint.resident_memory
     for peak in peaks:
         assert 0.92 * planned <= peak <= planned, (peak, planned)
+
+
+def test_the_largest_batch_found_trains_within_the_device_budget():
+    torch.manual_seed(0)
+    model, _, loss_fn = mlp(width=128, depth=8)
+    ref = copy.deepcopy(model)
+
+    def batch(b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(b, 128), torch.randn(b, 128)
+
+    budget = 2 * 2**20
+    answer = max_batch(model, batch, budget, batches=(4, 8, 16), loss_fn=loss_fn, time_limit_s=10)
+    everything = max_batch(model, batch, budget, batches=(4, 8), loss_fn=loss_fn, strategy="checkpoint-all")
+    assert answer.batch > everything.batch > 16         # beyond the batches captured: found on the fitted lines
+    result = answer.result
+    assert result is not None and result.fits and result.overhead <= answer.trials[-1].max_overhead
+
+    inputs = batch(answer.batch)
+    captured = export_graph(model, inputs, loss_fn=loss_fn)
+    assert [n.memory for n in captured.nodes] == [n.memory for n in result.graph.nodes]     # bytes are exact lines
+    rm = rematerialize(model, inputs, budget=budget, loss_fn=loss_fn, time_limit_s=10)
+    peaks = _train_side_by_side(model, ref, rm, inputs, loss_fn)
+    planned = rm.plans[0].simulation.peak_memory - rm.plans[0].joint.resident_memory
+    assert max(peaks) <= planned
 
 
 def _forced_dropout_replay(graph: Graph) -> dict:
