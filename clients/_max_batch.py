@@ -47,13 +47,13 @@ def _batched(specs: list[str]) -> BatchedGraph:
     """Graphs named ``FILE@BATCH``: one is taken as proportional to its batch, two or more are fitted."""
     graphs: dict[int, Graph] = {}
     for spec in specs:
-        path, at, batch = spec.rpartition("@")
-        if not at or not batch.isdigit() or int(batch) < 1:
+        path, at, size = spec.rpartition("@")
+        if not at or not size.isdigit() or int(size) < 1:
             raise InvalidRequest(f"{spec!r}: name each graph with the batch size it was captured at, as FILE@BATCH "
                                  "(gpt-b8.json@8).", field="graphs")
-        if int(batch) in graphs:
-            raise InvalidRequest(f"Two graphs at batch {batch}: give each batch size once.", field="graphs")
-        graphs[int(batch)] = Graph.from_path(path)
+        if int(size) in graphs:
+            raise InvalidRequest(f"Two graphs at batch {size}: give each batch size once.", field="graphs")
+        graphs[int(size)] = Graph.from_path(path)
     if len(graphs) == 1:
         ((batch, graph),) = graphs.items()
         return BatchedGraph.proportional(graph, batch=batch)

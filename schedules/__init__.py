@@ -23,11 +23,11 @@ from ._plan import Op, Plan, Simulation, checkpoint_all_plan, simulate
 from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
 
 __all__ = [
-    "BatchedGraph",
     "GRAPH_FORMAT",
     "MAX_BUDGET_RATIO",
     "MAX_TOTAL_BYTES",
     "BackendUnavailable",
+    "BatchedGraph",
     "Buffer",
     "Graph",
     "GraphLimits",

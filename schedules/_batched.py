@@ -60,7 +60,7 @@ class BatchedGraph:
 
     @classmethod
     def proportional(cls, graph: Graph, *, batch: int) -> BatchedGraph:
-        """``graph`` measured at ``batch``: every node's memory and cost in proportion to the batch, fixed memory constant."""
+        """``graph`` measured at ``batch``: node memory and cost in proportion to the batch, fixed memory constant."""
         _check_batch(batch)
         zero = np.zeros(len(graph))
         return cls(

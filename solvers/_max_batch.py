@@ -116,7 +116,7 @@ def _checkpoint_all_peak(graph: Graph) -> int:
 
 
 def _largest(ok: Callable[[int], bool], low: int, high: int) -> int:
-    """The largest b in [low, high] with ``ok(b)``, or ``low - 1`` if none, for an ``ok`` that holds up to some b only."""
+    """The largest b in [low, high] with ``ok(b)`` (``low - 1`` if none), for an ``ok`` true up to some b only."""
     while low <= high:
         mid = (low + high) // 2
         if ok(mid):

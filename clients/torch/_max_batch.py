@@ -1,4 +1,4 @@
-"""The largest batch of a PyTorch model whose training step fits a device: captured at a few batch sizes, solved at any."""
+"""The largest batch of a PyTorch model whose step fits a device: captured at a few batch sizes, solved at any."""
 
 from __future__ import annotations
 

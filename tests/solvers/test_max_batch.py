@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import benchmark_graph, chain
+
 from remat.schedules import BatchedGraph, Graph, InvalidGraph, InvalidRequest, checkpoint_all_plan, simulate
 from remat.solvers import Convergence, max_batch
 
