@@ -20,9 +20,9 @@ import numpy as np
 
 from remat.schedules import Graph
 
-from ._context import SolveContext
-from ._milp_model import MemoryScale, build_checkmate_model
-from .backends import EngineStatus, Limits
+from .._context import SolveContext
+from ..backends import EngineStatus, Limits
+from ._model import MemoryScale, build_checkmate_model
 
 __all__ = ["CENTRES", "NEAR_FLOOR", "WIDTHS", "prove_infeasible"]
 
@@ -52,7 +52,7 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
     >>> prove_infeasible(g, resolve_budget(g, budget_ratio=0.6), SolveContext(time_limit_s=30))  # doctest: +SKIP
     range(247, 249)
     """
-    from .backends._highs import solve as highs_solve
+    from ..backends._highs import solve as highs_solve
 
     if not MemoryScale.of(graph, budget).exact:
         return None
