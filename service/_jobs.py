@@ -63,7 +63,7 @@ _UNFINISHED_RESULTS = {ResultStatus.TIMEOUT.value, ResultStatus.CANCELLED.value,
 
 
 class JobStatus(StrEnum):
-    """Where a job is in its life; the values are DESIGN.md's wire strings."""
+    """Where a job is in its life; the values are the wire strings of docs/api.md."""
 
     QUEUED = "queued"
     """Waiting for a free slot or worker."""
