@@ -25,7 +25,7 @@ from published import PUBLISHED
 
 from remat.schedules import Graph, resolve_budget
 from remat.solvers import Progress, SolveContext, solve
-from remat.solvers._fallback import best_baseline
+from remat.solvers.baselines import best_baseline
 
 GRAPHS = Path(__file__).resolve().parent / "graphs"
 

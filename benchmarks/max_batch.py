@@ -20,26 +20,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from remat.schedules import BatchedGraph, Graph, StrategyNotApplicable, format_size, parse_size
-from remat.solvers import Convergence, MaxBatch, get_strategy, max_batch
+from remat.solvers import BASELINES, Convergence, MaxBatch, max_batch
 
 GRAPHS = Path(__file__).resolve().parent / "graphs"
 
 MODELS = {"vgg16": 256, "mobilenet": 512, "vgg_unet": 32, "resnet50": 256}
 """The batch each paper graph was measured at (its first layer's bytes over one sample's)."""
 
-BASELINES = ("chen-sqrtn", "chen-greedy", "griewank", "ap-sqrtn", "ap-greedy", "linearized-sqrtn",
-             "linearized-greedy")
 
-
-def applicable(graph: Graph, names: tuple[str, ...]) -> list[str]:
-    kept = []
-    for name in names:
+def recomputing_baselines(graph: Graph) -> list[str]:
+    """The baselines that apply to ``graph`` but checkpoint-all (shown on its own) and checkpoint-last."""
+    names = []
+    for strategy in BASELINES:
+        if strategy.name in ("checkpoint-all", "checkpoint-last"):
+            continue
         try:
-            get_strategy(name).check(graph)
+            strategy.check(graph)
         except StrategyNotApplicable:
             continue
-        kept.append(name)
-    return kept
+        names.append(strategy.name)
+    return names
 
 
 def timed(batched: BatchedGraph, budget: int, strategy: str, time_limit_s: float) -> tuple[MaxBatch, float]:
@@ -66,7 +66,7 @@ def main() -> None:
         for device in args.devices.split(","):
             budget = parse_size(device)
             everything, _ = timed(batched, budget, "checkpoint-all", args.time_limit)
-            baselines = [timed(batched, budget, name, args.time_limit)[0] for name in applicable(graph, BASELINES)]
+            baselines = [timed(batched, budget, name, args.time_limit)[0] for name in recomputing_baselines(graph)]
             best = max(baselines, key=lambda a: a.batch)
             ours, took = timed(batched, budget, "checkmate", args.time_limit)
             overhead = f"{ours.result.overhead:.3f}" if ours.result and ours.result.overhead else "-"

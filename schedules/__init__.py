@@ -1,5 +1,7 @@
 """remat.schedules: the data model (graph, plan, schedule), the simulator and memory layout.
 
+The formats and the simulator's semantics are in docs/graphs.md and docs/plans.md.
+
 Everything here is plain Python and NumPy; other packages build on it and never the reverse.
 """
 
@@ -11,7 +13,6 @@ from ._errors import (
     InvalidPlan,
     InvalidRequest,
     InvalidSchedule,
-    JobNotFound,
     RematError,
     SolverFailed,
     StrategyNotApplicable,
@@ -19,8 +20,9 @@ from ._errors import (
 )
 from ._graph import GRAPH_FORMAT, MAX_TOTAL_BYTES, Graph, GraphLimits, Kind, Node
 from ._layout import Buffer, Layout, layout_plan
-from ._plan import Op, Plan, Simulation, checkpoint_all_plan, simulate
+from ._plan import Op, Plan, checkpoint_all_plan
 from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
+from ._simulate import Simulation, simulate, simulate_schedule
 
 __all__ = [
     "GRAPH_FORMAT",
@@ -35,7 +37,6 @@ __all__ = [
     "InvalidPlan",
     "InvalidRequest",
     "InvalidSchedule",
-    "JobNotFound",
     "Kind",
     "Layout",
     "Node",
@@ -57,4 +58,5 @@ __all__ = [
     "recompute_closure",
     "resolve_budget",
     "simulate",
+    "simulate_schedule",
 ]

@@ -10,8 +10,7 @@
     ├── UnknownStrategy        no strategy or backend of that name
     ├── StrategyNotApplicable  the strategy does not apply to this graph (names the offending node)
     ├── BackendUnavailable     the solver engine is not installed or not licensed for this size
-    ├── SolverFailed           the engine crashed or answered nonsense
-    └── JobNotFound            no job or sweep with that id
+    └── SolverFailed           the engine crashed or answered nonsense
 
 Every message is a full sentence a user can act on.
 """
@@ -24,7 +23,6 @@ __all__ = [
     "InvalidPlan",
     "InvalidRequest",
     "InvalidSchedule",
-    "JobNotFound",
     "RematError",
     "SolverFailed",
     "StrategyNotApplicable",
@@ -89,11 +87,3 @@ class BackendUnavailable(RematError):
 
 class SolverFailed(RematError):
     """The solver engine crashed, was killed, or returned an unusable answer."""
-
-
-class JobNotFound(RematError):
-    """No job or sweep has this id."""
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"No job or sweep with id {job_id!r}.")
-        self.job_id = job_id

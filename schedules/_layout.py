@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._graph import Graph
-from ._plan import Plan, simulate
+from ._plan import Plan
+from ._simulate import simulate
 
 __all__ = ["SIZE_ORDER_LIMIT", "Buffer", "Layout", "layout_plan"]
 

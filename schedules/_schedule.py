@@ -11,7 +11,7 @@ each stage's computes and the changes to what is retained::
 
 ``keep`` names the values retained from this stage on that were not at the previous one, ``drop``
 those retained at the previous stage that are not any more (both may be left out when empty); its
-size grows with the plan. The full form (DESIGN.md's) lists every stage's whole retained set,
+size grows with the plan. The full form (docs/plans.md) lists every stage's whole retained set,
 ``{"stages": [{"compute": [ids], "retain": [ids]}, ...]}``, stages x nodes entries at worst.
 :class:`ScheduleEntries` reads and writes both without the dense matrices.
 """

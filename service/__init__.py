@@ -8,7 +8,7 @@ its named transitions; the embedded :class:`LocalExecutor` and the RQ-backed
 
 from ._app import create_app
 from ._cluster import QueueExecutor, run_worker
-from ._errors import QueueFull, QueueUnreachable, TooManyJobs, Unauthorized
+from ._errors import JobNotFound, QueueFull, QueueUnreachable, TooManyJobs, Unauthorized
 from ._executor import Executor, open_executor
 from ._jobs import Claim, Job, JobStatus, SolveSpec, reusable
 from ._local import LocalExecutor
@@ -24,6 +24,7 @@ __all__ = [
     "Claim",
     "Executor",
     "Job",
+    "JobNotFound",
     "JobStatus",
     "JobStore",
     "LocalExecutor",

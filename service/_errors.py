@@ -3,6 +3,7 @@
 ::
 
     RematError
+    ├── JobNotFound    no job or sweep with that id (404)
     ├── Unauthorized   no valid bearer token (401)
     ├── TooManyJobs    the token has its maximum of queued and running jobs (429, Retry-After)
     ├── QueueFull      the queue holds its maximum of jobs (503, Retry-After)
@@ -13,7 +14,15 @@ from __future__ import annotations
 
 from remat.schedules import RematError
 
-__all__ = ["QueueFull", "QueueUnreachable", "TooManyJobs", "Unauthorized"]
+__all__ = ["JobNotFound", "QueueFull", "QueueUnreachable", "TooManyJobs", "Unauthorized"]
+
+
+class JobNotFound(RematError):
+    """No job or sweep has this id (or none the caller's token may see)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"No job or sweep with id {job_id!r}.")
+        self.job_id = job_id
 
 
 class Unauthorized(RematError):

@@ -31,7 +31,7 @@ from importlib import metadata
 from typing import Any
 
 from remat.schedules import UnknownStrategy
-from remat.solvers import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, ResultStatus, get_strategy
+from remat.solvers import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, ResultStatus, StrategyKind, get_strategy
 
 __all__ = [
     "Claim",
@@ -63,7 +63,7 @@ _UNFINISHED_RESULTS = {ResultStatus.TIMEOUT.value, ResultStatus.CANCELLED.value,
 
 
 class JobStatus(StrEnum):
-    """Where a job is in its life; the values are DESIGN.md's wire strings."""
+    """Where a job is in its life; the values are the wire strings of docs/api.md."""
 
     QUEUED = "queued"
     """Waiting for a free slot or worker."""
@@ -183,15 +183,15 @@ def answer(job: Job, result: Mapping[str, Any], *, now: float) -> Job:
 def reusable(job: Job) -> bool:
     """True when a finished job's result answers an identical request for good.
 
-    Proofs (optimal, infeasible) always do; so does any finished result of a strategy without a
-    solver backend, since every heuristic is deterministic. A time-limited MILP incumbent does not.
+    Proofs (optimal, infeasible) always do; so does any finished result of a baseline, since every
+    baseline is deterministic. A time-limited MILP incumbent does not.
     """
     if job.status is not JobStatus.SUCCEEDED or job.result_status in _UNFINISHED_RESULTS:
         return False
     if job.result_status in _PROVED:
         return True
     try:
-        return not get_strategy(job.spec.strategy).backends
+        return get_strategy(job.spec.strategy).kind is StrategyKind.BASELINE
     except UnknownStrategy:
         return False
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from remat.solvers import get_strategy
+from remat.solvers import StrategyKind, get_strategy
 
 from ._jobs import Job
 from ._store import JobStore
@@ -27,7 +27,8 @@ log = logging.getLogger("remat.service")
 def natural_sources(sweep: Sweep) -> dict[str, str]:
     """Each heuristic's job at the sweep's top budget, by strategy: the runs that give the natural budgets."""
     top = max(p.budget for p in sweep.points)
-    return {p.strategy: p.job_id for p in sweep.points if p.budget == top and not get_strategy(p.strategy).backends}
+    return {p.strategy: p.job_id for p in sweep.points
+            if p.budget == top and get_strategy(p.strategy).kind is StrategyKind.BASELINE}
 
 
 def complete_sweeps(store: JobStore, dispatch: Callable[[Job], None]) -> list[Sweep]:

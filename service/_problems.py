@@ -24,14 +24,13 @@ from remat.schedules import (
     InvalidPlan,
     InvalidRequest,
     InvalidSchedule,
-    JobNotFound,
     RematError,
     SolverFailed,
     StrategyNotApplicable,
     UnknownStrategy,
 )
 
-from ._errors import QueueFull, TooManyJobs, Unauthorized
+from ._errors import JobNotFound, QueueFull, TooManyJobs, Unauthorized
 
 __all__ = ["PROBLEM_RESPONSES", "STORE_UNREACHABLE", "install_problem_handlers", "problem"]
 

@@ -28,9 +28,8 @@ from typing import Any, cast
 
 import redis
 
-from remat.schedules import JobNotFound
-
 from . import _jobs
+from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
 from ._store import GRAPH_GRACE_S, KEEP, Change, Expired, JobStore, Retention
 from ._sweeps import Sweep

@@ -114,7 +114,7 @@ class ProgressPublic(BaseModel):
 
 
 class ResultPublic(BaseModel):
-    """A remat.result/v1 (the schedule and plan are documented in DESIGN.md)."""
+    """A remat.result/v1 (the schedule and plan are documented in docs/results.md and docs/plans.md)."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from remat.schedules import BackendUnavailable, Graph, InvalidRequest, JobNotFound, ScheduleEntries, resolve_budget
-from remat.solvers import Strategy, available_backends, get_strategy, sweep_budgets, sweep_strategies
+from remat.schedules import BackendUnavailable, Graph, InvalidRequest, ScheduleEntries, resolve_budget
+from remat.solvers import Strategy, StrategyKind, available_backends, get_strategy, sweep_budgets, sweep_strategies
 
 from . import _jobs
-from ._errors import QueueFull, TooManyJobs
+from ._errors import JobNotFound, QueueFull, TooManyJobs
 from ._executor import Executor
 from ._jobs import Job, JobStatus, SolveSpec, needs_run
 from ._metrics import Metrics
@@ -108,7 +108,8 @@ class Service:
         time_limit_s = self._time_limit(request.time_limit_s)
         strategies = sweep_strategies(graph, request.strategies)
         budgets = list(dict.fromkeys(request.budgets)) if request.budgets is not None else sweep_budgets(graph)
-        natural = 0 if request.budgets is not None else sum(not get_strategy(s).backends for s in strategies)
+        natural = 0 if request.budgets is not None else sum(get_strategy(s).kind is StrategyKind.BASELINE
+                                                              for s in strategies)
         most = len(strategies) * (len(budgets) + natural)
         if most > self.settings.max_sweep_points:
             raise InvalidRequest(f"The sweep has up to {most} points ({len(strategies)} strategies x "
@@ -184,12 +185,9 @@ class Service:
 
 def _check_backend(strategy: Strategy, backend: str) -> None:
     """Refuse a backend the strategy does not use, or one whose engine this service lacks (not a failed job)."""
+    strategy.check_backend(backend)
     if backend == "auto":
         return
-    if backend not in strategy.backends:
-        choices = f"auto, {', '.join(strategy.backends)}" if strategy.backends else "auto (it uses no solver backend)"
-        raise InvalidRequest(f"Strategy {strategy.name!r} has no backend {backend!r}; choose {choices}.",
-                             field="backend")
     installed = available_backends()
     if backend not in installed:
         raise BackendUnavailable(f"Backend {backend!r} is not installed on this service; installed: "

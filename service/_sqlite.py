@@ -10,9 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from remat.schedules import JobNotFound
-
 from . import _jobs
+from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
 from ._store import GRAPH_GRACE_S, KEEP, RESULT_BULK, Change, Expired, JobStore, Retention
 from ._sweeps import Sweep

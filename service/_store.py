@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import JobNotFound
-
 from . import _jobs
+from ._errors import JobNotFound
 from ._jobs import Claim, Job, JobStatus, SolveSpec
 from ._sweeps import Sweep
 

@@ -4,20 +4,26 @@ A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``; :func:`so
 place that turns an outcome into a simulated :class:`Result`.
 """
 
-from ._articulation import articulation_points
-from ._checkpoint import checkpoint_all, checkpoint_last
 from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Convergence, Outcome, Progress, SolveContext
-from ._griewank import binomial_steps, revolve_schedule
 from ._max_batch import BatchTrial, MaxBatch, max_batch
 from ._registry import STRATEGIES, get_strategy
 from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
-from ._segments import segment_schedule
 from ._solve import solve
-from ._strategy import Strategy, check_chain, check_training_graph, every_graph
+from ._strategy import Strategy, StrategyKind, check_chain, check_training_graph, every_graph
 from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets, sweep_strategies
 from .backends import available_backends
+from .baselines import (
+    BASELINES,
+    articulation_points,
+    binomial_steps,
+    checkpoint_all,
+    checkpoint_last,
+    revolve_schedule,
+    segment_schedule,
+)
 
 __all__ = [
+    "BASELINES",
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
     "FITTING_STATUSES",
@@ -33,6 +39,7 @@ __all__ = [
     "ResultStatus",
     "SolveContext",
     "Strategy",
+    "StrategyKind",
     "SweepPlan",
     "articulation_points",
     "available_backends",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from remat.schedules import BatchedGraph, Graph, InvalidRequest, checkpoint_all_plan, simulate
+from remat.schedules import BatchedGraph, Graph, InvalidRequest
 
 from ._result import Result
 from ._solve import solve
@@ -95,7 +95,7 @@ def max_batch(
     ceiling = _largest(lambda b: batched.at(b).min_feasible_budget <= budget, 1, MAX_BATCH)
     if ceiling == 0:
         return answer
-    start = max(1, _largest(lambda b: _checkpoint_all_peak(batched.at(b)) <= budget, 1, ceiling))
+    start = max(1, _largest(lambda b: batched.at(b).checkpoint_all_peak <= budget, 1, ceiling))
     if fits(start):
         _largest(fits, start + 1, ceiling)
     else:
@@ -109,10 +109,6 @@ def _one_extra_forward(graph: Graph) -> float:
         return 1.0
     forward = float(graph.cost[list(graph.forward_nodes)].sum())
     return (graph.base_cost + forward) / graph.base_cost
-
-
-def _checkpoint_all_peak(graph: Graph) -> int:
-    return simulate(graph, checkpoint_all_plan(graph)).peak_memory
 
 
 def _largest(ok: Callable[[int], bool], low: int, high: int) -> int:

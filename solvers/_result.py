@@ -8,13 +8,15 @@ from typing import Any
 
 from remat.schedules import Graph, Plan, Schedule, Simulation
 
+from ._context import relative_gap
+
 __all__ = ["FITTING_STATUSES", "RESULT_FORMAT", "Result", "ResultStatus"]
 
 RESULT_FORMAT = "remat.result/v1"
 
 
 class ResultStatus(StrEnum):
-    """How a solve ended; the values are DESIGN.md's wire strings."""
+    """How a solve ended; the values are the wire strings of docs/results.md."""
 
     OPTIMAL = "optimal"
     """The plan fits and is proved optimal within the requested gap."""
@@ -76,10 +78,7 @@ class Result:
     @property
     def gap(self) -> float | None:
         """(cost - lower bound) / cost, when both are known."""
-        cost = self.cost
-        if cost is None or self.lower_bound is None or cost <= 0:
-            return None
-        return max(0.0, (cost - self.lower_bound) / cost)
+        return relative_gap(self.cost, self.lower_bound)
 
     @property
     def fits(self) -> bool:

@@ -62,15 +62,7 @@ def solve(
     started = time.monotonic()
     limit = resolve_budget(graph, budget=budget, budget_ratio=budget_ratio)
     strat = get_strategy(strategy)
-    if strat.backends:
-        if backend not in (*strat.backends, "auto"):
-            raise InvalidRequest(
-                f"Unknown backend {backend!r} for {strategy!r}; choose one of: auto, {', '.join(strat.backends)}.",
-                field="backend",
-            )
-    elif backend not in ("auto", None):
-        raise InvalidRequest(f"Strategy {strategy!r} uses no solver backend; leave 'backend' as 'auto'.",
-                             field="backend")
+    strat.check_backend(backend)
     if not time_limit_s > 0:
         raise InvalidRequest(f"'time_limit_s' must be > 0, got {time_limit_s!r}.", field="time_limit_s")
     if not 0 <= mip_gap < 1:

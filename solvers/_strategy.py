@@ -1,16 +1,17 @@
-"""The strategy record and the applicability checks strategies declare."""
+"""The strategy record, its kind, and the applicability checks strategies declare."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable
 
 from ._context import Outcome, SolveContext
 
-__all__ = ["Strategy", "check_chain", "check_training_graph", "every_graph"]
+__all__ = ["Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph"]
 
 Runner = Callable[[Graph, int, SolveContext], Outcome]
 Check = Callable[[Graph], None]
@@ -48,23 +49,46 @@ def check_chain(graph: Graph) -> None:
             )
 
 
+class StrategyKind(StrEnum):
+    """What a strategy is, so that nothing infers it from what the strategy uses."""
+
+    BASELINE = "baseline"
+    """An engine-free heuristic: deterministic, a warm start and a fallback for the others."""
+    MILP = "milp"
+    """Solves the Checkmate MILP (or a search that races it) on a solver backend."""
+    LP = "lp"
+    """Rounds the LP relaxation of the Checkmate MILP, solved on a backend."""
+
+
 @dataclass(frozen=True)
 class Strategy:
     """A named way of choosing a schedule.
 
-    ``run(graph, budget, ctx)`` returns an Outcome; ``check(graph)`` raises StrategyNotApplicable
-    when the strategy does not apply; ``backends`` lists the engines it can use (empty for the
-    heuristics, which use none); ``knob`` names the parameter a heuristic searches (an option
-    that pins it); ``options`` describes the other options it reads from ``ctx.options``.
+    ``run(graph, budget, ctx)`` returns an Outcome; ``kind`` says what it is (a baseline unless
+    told); ``check(graph)`` raises StrategyNotApplicable when the strategy does not apply;
+    ``backends`` lists the engines it can use (empty for the baselines, which use none); ``knob``
+    names the parameter a heuristic searches (an option that pins it); ``options`` describes the
+    other options it reads from ``ctx.options``.
     """
 
     name: str
     summary: str
     run: Runner
+    kind: StrategyKind = StrategyKind.BASELINE
     check: Check = every_graph
     backends: tuple[str, ...] = ()
     knob: str | None = None
     options: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def check_backend(self, backend: str | None) -> None:
+        """Raise InvalidRequest unless ``backend`` is ``auto`` (or None) or one of the engines this strategy uses."""
+        if backend in ("auto", None) or backend in self.backends:
+            return
+        if not self.backends:
+            raise InvalidRequest(f"Strategy {self.name!r} uses no solver backend; leave 'backend' as 'auto'.",
+                                 field="backend")
+        raise InvalidRequest(f"Unknown backend {backend!r} for {self.name!r}; choose one of: auto, "
+                             f"{', '.join(self.backends)}.", field="backend")
 
     def check_options(self, options: Mapping[str, Any]) -> None:
         """Raise InvalidRequest naming the first option this strategy does not read."""

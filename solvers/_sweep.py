@@ -15,6 +15,7 @@ from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable
 
 from ._registry import STRATEGIES, get_strategy
 from ._solve import solve
+from ._strategy import StrategyKind
 
 __all__ = ["SWEEP_POINTS", "SweepPlan", "plan_sweep", "sweep_budgets", "sweep_strategies"]
 
@@ -62,7 +63,7 @@ def plan_sweep(graph: Graph, *, strategies: Sequence[str] | None = None, budgets
         and apply (UnknownStrategy, StrategyNotApplicable otherwise).
     budgets : sequence of int, optional
         Bytes. Default: ``sweep_budgets(graph, points)`` plus the heuristics' natural points, which
-        are found by running each heuristic (a strategy without a solver backend) once, unconstrained.
+        are found by running each heuristic (a strategy of kind ``baseline``) once, unconstrained.
     time_limit_s : float
         Limit for each of those runs.
     """
@@ -95,7 +96,7 @@ def sweep_strategies(graph: Graph, strategies: Sequence[str] | None = None) -> l
 def _natural_budgets(graph: Graph, names: Sequence[str], time_limit_s: float) -> dict[str, int]:
     natural = {}
     for name in names:
-        if get_strategy(name).backends:
+        if get_strategy(name).kind is not StrategyKind.BASELINE:
             continue
         result = solve(graph, budget=graph.checkpoint_all_peak, strategy=name, time_limit_s=time_limit_s)
         if result.peak_memory is not None:

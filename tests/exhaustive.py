@@ -5,7 +5,7 @@
 early as possible. Stage costs and peaks depend only on (S[t], S[t+1]), so the search is a dynamic
 program over stages that still visits every S[t] at every stage.
 
-``plan_optimum`` searches every plan of DESIGN.md's memory model whose first computations come in
+``plan_optimum`` searches every plan of the memory model of docs/plans.md whose first computations come in
 node order (recomputations anywhere, any number of times): a shortest path over states (resident
 set, number of nodes computed so far).
 

@@ -159,7 +159,7 @@ def brief(job: dict) -> dict:
 def helper_messages(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30,
                     explained: float = 0.0) -> list[tuple]:
     """Everything a checkmate helper process sends for one request (MIP bound at once by default), until it ends."""
-    proc = subprocess.Popen([sys.executable, "-m", "remat.solvers._portfolio_worker"],
+    proc = subprocess.Popen([sys.executable, "-m", "remat.solvers.checkmate._anneal_worker"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks, explained))

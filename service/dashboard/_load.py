@@ -14,8 +14,9 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from remat.schedules import Graph, JobNotFound
+from remat.schedules import Graph
 
+from .._errors import JobNotFound
 from .._jobs import Job, JobStatus
 from .._schemas import JobPublic, SweepSummary
 from .._service import Service

@@ -14,8 +14,18 @@ import redis
 from clock import Clock
 from processes import REDIS_URL, at_once
 
-from remat.schedules import JobNotFound
-from remat.service import Claim, JobStatus, JobStore, RedisStore, SolveSpec, SqliteStore, Sweep, SweepPoint, _jobs
+from remat.service import (
+    Claim,
+    JobNotFound,
+    JobStatus,
+    JobStore,
+    RedisStore,
+    SolveSpec,
+    SqliteStore,
+    Sweep,
+    SweepPoint,
+    _jobs,
+)
 from remat.service._store import Retention
 
 

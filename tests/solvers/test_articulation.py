@@ -4,7 +4,7 @@ from hypothesis import given, settings
 
 from remat.schedules import Graph, StrategyNotApplicable
 from remat.solvers import articulation_points
-from remat.solvers._articulation import check_articulation_points
+from remat.solvers.baselines import check_articulation_points
 
 
 def _components(nodes, edges):

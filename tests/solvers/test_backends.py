@@ -16,8 +16,8 @@ from factories import FCN8_AT_08_OPTIMUM, benchmark_graph, chain
 
 from remat.schedules import BackendUnavailable, InvalidRequest, UnknownStrategy
 from remat.solvers import ResultStatus, available_backends, solve
-from remat.solvers._milp_model import build_checkmate_model
 from remat.solvers.backends import BACKENDS, Limits, choose_backend, get_backend, run_backend
+from remat.solvers.checkmate import build_checkmate_model
 
 
 def solver_children() -> list[int]:

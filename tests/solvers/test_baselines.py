@@ -6,11 +6,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import InvalidRequest, StrategyNotApplicable, simulate
-from remat.solvers import STRATEGIES, solve
+from remat.solvers import BASELINES as BASELINE_STRATEGIES
+from remat.solvers import STRATEGIES, StrategyKind, solve
 
-BASELINES = sorted(name for name, s in STRATEGIES.items() if not s.backends)
+BASELINES = sorted(s.name for s in BASELINE_STRATEGIES)
 KNOBS = {"chen-greedy": "segment_budget", "ap-greedy": "segment_budget", "linearized-greedy": "segment_budget",
          "griewank": "snapshots"}
+
+
+def test_the_baselines_are_the_registered_strategies_of_kind_baseline_and_use_no_backend():
+    assert BASELINES == sorted(name for name, s in STRATEGIES.items() if s.kind is StrategyKind.BASELINE)
+    assert list(STRATEGIES)[:len(BASELINES)] == [s.name for s in BASELINE_STRATEGIES]
+    assert all(not STRATEGIES[name].backends for name in BASELINES)
+    assert all(s.backends for s in STRATEGIES.values() if s.kind is not StrategyKind.BASELINE)
 
 
 def _check_honest(g, result):

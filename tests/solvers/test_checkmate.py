@@ -11,10 +11,8 @@ from factories import benchmark_graph, chain, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, InvalidRequest
-from remat.solvers import Progress, ResultStatus, solve
-from remat.solvers._checkmate import PATHS
-from remat.solvers._context import SolveContext
-from remat.solvers._milp_solve import solve_milp
+from remat.solvers import Progress, ResultStatus, SolveContext, solve
+from remat.solvers.checkmate import PATHS, solve_milp
 
 
 def budgets_between(g: Graph) -> list[int]:

@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 
 from remat.schedules import Graph, StrategyNotApplicable, plan_from_schedule, simulate
 from remat.solvers import segment_schedule, solve
-from remat.solvers._chen import greedy_checkpoints, segment_budgets, sqrtn_checkpoints
-from remat.solvers._knob import EXHAUSTIVE_LIMIT
+from remat.solvers.baselines import EXHAUSTIVE_LIMIT, greedy_checkpoints, segment_budgets, sqrtn_checkpoints
 
 
 @pytest.mark.parametrize("n", [16, 36, 50, 100, 225, 400])

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from remat.schedules import InvalidRequest, plan_from_schedule, simulate
 from remat.solvers import binomial_steps, revolve_schedule, solve
-from remat.solvers._griewank import delivery_steps
+from remat.solvers.baselines import delivery_steps
 
 
 @cache

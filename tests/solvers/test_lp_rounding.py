@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 from remat.schedules import Graph, InvalidRequest
 from remat.solvers import ResultStatus, solve
-from remat.solvers._lp_rounding import rounding_candidates
+from remat.solvers.checkmate import rounding_candidates
 
 
 @settings(max_examples=10, deadline=None)

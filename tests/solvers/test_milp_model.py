@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import Graph, Schedule, plan_from_schedule, recompute_closure, simulate
-from remat.solvers._milp_model import MAX_MEMORY_UNITS, MemoryScale, build_checkmate_model
+from remat.solvers.checkmate import MAX_MEMORY_UNITS, MemoryScale, build_checkmate_model
 
 
 def random_schedule(graph: Graph, data: st.DataObject) -> Schedule:

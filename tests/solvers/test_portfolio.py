@@ -17,10 +17,9 @@ from processes import helper_messages
 
 from remat.schedules import Graph, resolve_budget
 from remat.solvers import Progress, ResultStatus, SolveContext, solve
-from remat.solvers._anneal_milp import MILP_NODES
-from remat.solvers._checkmate import PATHS
-from remat.solvers._fallback import best_baseline
-from remat.solvers._portfolio import _Helper, _Pool
+from remat.solvers.baselines import best_baseline
+from remat.solvers.checkmate import MILP_NODES, PATHS
+from remat.solvers.checkmate._anneal import _Helper, _Pool
 
 
 def ratio_for(g: Graph) -> float:
@@ -39,7 +38,7 @@ def test_on_every_benchmark_graph_the_plan_fits_and_beats_every_baseline(name: s
     best = best_baseline(g, result.budget, SolveContext())
     if best is not None:
         assert result.cost is not None and result.cost <= best.cost
-        assert f"best baseline: {best.name}, cost {best.cost:g}" in result.log  # the helper's note comes through
+        assert f"best baseline: {best.source}, cost {best.cost:g}" in result.log  # the helper's note comes through
     assert result.lower_bound is not None and g.base_cost <= result.lower_bound <= result.cost
 
 

@@ -6,7 +6,7 @@ import pytest
 from factories import benchmark_graph, chain
 
 from remat.schedules import StrategyNotApplicable, UnknownStrategy
-from remat.solvers import STRATEGIES, plan_sweep, solve, sweep_budgets
+from remat.solvers import STRATEGIES, StrategyKind, plan_sweep, solve, sweep_budgets
 
 
 def test_budgets_span_the_feasible_range_evenly():
@@ -24,7 +24,7 @@ def test_a_default_sweep_covers_every_applicable_strategy_and_each_heuristics_na
     applicable = [name for name, s in STRATEGIES.items() if _applies(s, graph)]
     assert list(plan.strategies) == applicable and "chen-sqrtn" not in plan.strategies
     assert set(sweep_budgets(graph)) <= set(plan.budgets) and list(plan.budgets) == sorted(plan.budgets)
-    heuristics = [s for s in applicable if not STRATEGIES[s].backends]
+    heuristics = [s for s in applicable if STRATEGIES[s].kind is StrategyKind.BASELINE]
     assert set(plan.natural) == set(heuristics)
     for name, peak in plan.natural.items():
         assert peak in plan.budgets

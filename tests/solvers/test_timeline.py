@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import Graph, plan_from_schedule, simulate
-from remat.solvers._timeline import Timeline
+from remat.solvers.search import Timeline
 
 
 def assert_matches_simulator(graph: Graph, tl: Timeline) -> None:

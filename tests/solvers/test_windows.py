@@ -13,7 +13,7 @@ from processes import helper_messages
 
 from remat.schedules import Graph
 from remat.solvers import ResultStatus, solve
-from remat.solvers._windows import NEAR_FLOOR, WIDTHS
+from remat.solvers.checkmate import NEAR_FLOOR, WIDTHS
 
 
 def proof(g: Graph, budget: int) -> tuple[int, int] | None:

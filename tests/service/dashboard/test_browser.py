@@ -12,7 +12,7 @@ from playwright.sync_api import Browser
 from processes import Processes, Server, wait_until
 
 from remat.clients.http import Client
-from remat.solvers import STRATEGIES, plan_sweep, sweep_budgets
+from remat.solvers import STRATEGIES, StrategyKind, plan_sweep, sweep_budgets
 
 pytestmark = pytest.mark.browser
 
@@ -20,10 +20,10 @@ TOKEN = "browser-test-token-0123456789"
 
 
 def heuristics_for(graph_name: str) -> list[str]:
-    """The strategies without a solver backend that apply to a paper graph (quick enough for a test)."""
+    """The baselines that apply to a paper graph (quick enough for a test)."""
     graph = benchmark_graph(graph_name)
     applicable = plan_sweep(graph, budgets=[graph.checkpoint_all_peak]).strategies
-    return [name for name in applicable if not STRATEGIES[name].backends]
+    return [name for name in applicable if STRATEGIES[name].kind is StrategyKind.BASELINE]
 
 
 @pytest.fixture(scope="module")

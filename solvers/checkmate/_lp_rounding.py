@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from remat.schedules import Graph, InvalidRequest, Schedule, Simulation, plan_from_schedule, recompute_closure, simulate
+from remat.schedules import Graph, InvalidRequest, Schedule, Simulation, recompute_closure, simulate_schedule
 
-from ._context import Outcome, SolveContext
-from ._fallback import best_baseline
-from ._milp_model import CheckmateModel, build_checkmate_model
-from ._milp_solve import engine_limits
-from .backends import BackendResult, EngineStatus, choose_backend, run_backend
+from .._context import Outcome, SolveContext
+from ..backends import BackendResult, EngineStatus, choose_backend, run_backend
+from ..baselines import best_baseline
+from ._milp import engine_limits
+from ._model import CheckmateModel, build_checkmate_model
 
 __all__ = ["DEFAULT_ROUNDS", "MAX_THRESHOLDS", "OPTIONS", "checkmate_lp", "rounding_candidates"]
 
@@ -122,7 +122,7 @@ def _best_rounding(graph: Graph, budget: int, fractional: np.ndarray, rounds: in
             continue
         seen.add(key)
         schedule = Schedule(recompute_closure(graph, S), S)
-        simulation = simulate(graph, plan_from_schedule(graph, schedule))
+        simulation = simulate_schedule(graph, schedule)
         if simulation.peak_memory <= budget and (best is None or simulation.cost < best[1].cost):
             best = (schedule, simulation)
     return best

@@ -24,7 +24,7 @@ from math import comb
 
 from remat.schedules import Graph, Schedule, recompute_closure
 
-from ._context import Outcome, SolveContext
+from .._context import Outcome, SolveContext
 from ._knob import search_knob, whole_number
 from ._segments import Interval, retention_matrix
 

@@ -23,13 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import Graph, InvalidRequest, plan_from_schedule, simulate
+from remat.schedules import Graph, InvalidRequest, simulate_schedule
 
+from .._context import Outcome, SolveContext
+from .._warm import WarmStart
+from ..baselines import best_baseline
+from ._anneal import anneal_path
 from ._anneal_milp import MILP_NODES, anneal_then_milp
-from ._context import Outcome, SolveContext
-from ._fallback import Baseline, best_baseline
-from ._milp_solve import solve_milp
-from ._portfolio import portfolio
+from ._milp import solve_milp
 
 __all__ = ["OPTIONS", "PATHS", "SolutionPath", "checkmate"]
 
@@ -40,7 +41,7 @@ class SolutionPath:
 
     name: str
     summary: str
-    run: Callable[[Graph, int, SolveContext, Baseline | None], Outcome]
+    run: Callable[[Graph, int, SolveContext, WarmStart | None], Outcome]
     fits: Callable[[Graph], bool] = lambda graph: True
     baselines_first: bool = True
     """False for a path that runs the baselines itself, alongside its search (so that they do not
@@ -51,7 +52,7 @@ PATHS: dict[str, SolutionPath] = {
     p.name: p
     for p in (
         SolutionPath("anneal", "Annealing chains raced with the baselines and a lower bound (graphs over "
-                     f"{MILP_NODES} nodes).", portfolio, fits=lambda graph: graph.size > MILP_NODES,
+                     f"{MILP_NODES} nodes).", anneal_path, fits=lambda graph: graph.size > MILP_NODES,
                      baselines_first=False),
         SolutionPath("anneal-milp", "A short anneal from the best baseline, then the full MILP warm-started "
                      "from it.", anneal_then_milp, fits=lambda graph: graph.size <= MILP_NODES),
@@ -91,7 +92,7 @@ def _read_options(options: Mapping[str, Any], graph: Graph) -> tuple[SolutionPat
     return path, warm_start
 
 
-def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm: Baseline | None) -> Outcome:
+def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm: WarmStart | None) -> Outcome:
     """The path's outcome when its plan fits and is cheaper than the baseline or proved optimal; else the baseline.
 
     The baseline then comes back as a fallback, with the path's bound (which may still prove it optimal).
@@ -99,12 +100,12 @@ def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm
     if warm is None:
         return outcome
     if outcome.schedule is not None:
-        simulation = simulate(graph, plan_from_schedule(graph, outcome.schedule))
+        simulation = simulate_schedule(graph, outcome.schedule)
         cheaper = simulation.cost < warm.cost * (1 - 1e-12) or (outcome.optimal and simulation.cost <= warm.cost)
         if simulation.peak_memory <= budget and cheaper:
             return outcome
     if outcome.infeasible:
-        outcome.log.append(f"the path claimed that nothing fits, but {warm.name} does: check the path")
+        outcome.log.append(f"the path claimed that nothing fits, but {warm.source} does: check the path")
     fallback = warm.as_fallback(outcome)
     fallback.optimal = ctx.proves(warm.cost, outcome.lower_bound)
     return fallback

@@ -29,7 +29,7 @@ import numpy as np
 
 from remat.schedules import Graph, Schedule
 
-from ._context import Outcome, SolveContext, Throttle
+from .._context import Outcome, SolveContext, Throttle
 from ._timeline import Timeline
 
 __all__ = ["Annealer", "anneal", "timeline_from_schedule"]

@@ -28,20 +28,19 @@ from typing import IO
 
 from remat.schedules import Graph, Schedule
 
-from ._anneal import Annealer, timeline_from_schedule
-from ._context import Outcome, SolveContext, Throttle
-from ._fallback import Baseline
-from ._portfolio_worker import MIP_WHEN_EXPLAINED
-from ._timeline import Timeline
-from .backends._process import read_frame, write_frame
+from .._context import Outcome, SolveContext, Throttle
+from .._warm import WarmStart
+from ..backends._process import read_frame, write_frame
+from ..search import Annealer, Timeline, timeline_from_schedule
+from ._anneal_worker import MIP_WHEN_EXPLAINED
 
-__all__ = ["portfolio"]
+__all__ = ["anneal_path"]
 
 _GRACE_S = 2.0
 """Seconds a helper gets to finish after a stop before it is killed."""
 
 
-def portfolio(graph: Graph, budget: int, ctx: SolveContext, _warm: Baseline | None) -> Outcome:
+def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart | None) -> Outcome:
     """Race annealing chains, the baselines (unless the option ``warm_start`` is false) and the lower bound;
     keep the best. This path runs the baselines itself, so it is never given a warm start (``_warm``)."""
     pool = _Pool(graph, budget, ctx)
@@ -169,13 +168,13 @@ class _Pool:
 
 
 class _Helper:
-    """A helper process (:mod:`._portfolio_worker`) and the thread that reads what it sends."""
+    """A helper process (:mod:`._anneal_worker`) and the thread that reads what it sends."""
 
     def __init__(self, graph: Graph, budget: int, pool: _Pool, *, seed: int, time_limit_s: float,
                  tasks: tuple[str, ...]) -> None:
         self.pool, self.seed, self.told = pool, seed, math.inf
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "remat.solvers._portfolio_worker"],
+            [sys.executable, "-m", "remat.solvers.checkmate._anneal_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )  # in the solve's process group: killing the solve's group (as the service does) takes it too
         assert self.process.stdin is not None and self.process.stdout is not None

@@ -11,9 +11,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import Graph, InvalidRequest, Schedule, plan_from_schedule, simulate
+from remat.schedules import Graph, InvalidRequest, Schedule, simulate_schedule
 
-from ._context import Outcome, SolveContext
+from .._context import Outcome, SolveContext
 
 __all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob", "whole_number"]
 
@@ -69,7 +69,7 @@ def search_knob(
         if position not in trials:
             value = distinct[position]
             schedule = build(value)
-            sim = simulate(graph, plan_from_schedule(graph, schedule))
+            sim = simulate_schedule(graph, schedule)
             trials[position] = _Trial(position, value, schedule, sim.peak_memory, sim.cost)
 
     def best() -> _Trial:

@@ -46,7 +46,7 @@ import numpy as np
 
 from remat.schedules import Graph, Schedule, recompute_closure
 
-from .backends import MilpBuilder, MilpModel
+from ..backends import MilpBuilder, MilpModel
 
 __all__ = ["MAX_MEMORY_UNITS", "CheckmateModel", "MemoryScale", "build_checkmate_model"]
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from remat.schedules import Graph
 
-from ._context import SolveContext
-from ._milp_model import MemoryScale, build_checkmate_model
-from .backends import EngineStatus, Limits
+from .._context import SolveContext
+from ..backends import EngineStatus, Limits, get_backend
+from ._model import MemoryScale, build_checkmate_model
 
 __all__ = ["CENTRES", "NEAR_FLOOR", "WIDTHS", "prove_infeasible"]
 
@@ -52,8 +52,6 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
     >>> prove_infeasible(g, resolve_budget(g, budget_ratio=0.6), SolveContext(time_limit_s=30))  # doctest: +SKIP
     range(247, 249)
     """
-    from .backends._highs import solve as highs_solve
-
     if not MemoryScale.of(graph, budget).exact:
         return None
     n = graph.size
@@ -73,9 +71,8 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
                 return None
             # Only whether a solution exists matters: no objective, and the first solution ends the search.
             feasibility = dataclasses.replace(model.milp, objective=np.zeros(model.milp.n_vars))
-            result = highs_solve(feasibility, Limits(time_limit_s=ctx.remaining_s(), mip_gap=1.0, threads=1,
-                                                      stop=ctx.stop_event),
-                                 lambda _: None)
+            limits = Limits(time_limit_s=ctx.remaining_s(), mip_gap=1.0, threads=1, stop=ctx.stop_event)
+            result = get_backend("highs").solve(feasibility, limits, lambda _: None)
             if result.status is EngineStatus.INFEASIBLE:
                 return stages
     return None

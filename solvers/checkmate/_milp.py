@@ -13,12 +13,12 @@ import math
 
 import numpy as np
 
-from remat.schedules import Graph, Schedule, Simulation, plan_from_schedule, simulate
+from remat.schedules import Graph, Schedule, Simulation, simulate_schedule
 
-from ._context import Outcome, SolveContext
-from ._fallback import Baseline
-from ._milp_model import CheckmateModel, build_checkmate_model
-from .backends import BackendResult, EngineStatus, Limits, SolverProgress, choose_backend, run_backend
+from .._context import Outcome, SolveContext
+from .._warm import WarmStart
+from ..backends import BackendResult, EngineStatus, Limits, SolverProgress, choose_backend, run_backend
+from ._model import CheckmateModel, build_checkmate_model
 
 __all__ = ["FINISH_S", "engine_limits", "run_checkmate_model", "solve_milp"]
 
@@ -32,15 +32,15 @@ def engine_limits(ctx: SolveContext) -> Limits:
                   stop=ctx.stop_event)
 
 
-def solve_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | None) -> Outcome:
+def solve_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmStart | None) -> Outcome:
     """The ``milp`` path of the checkmate strategy: the full MILP, warm-started from ``warm``."""
     model = build_checkmate_model(graph, budget, ctx.stopped)
     if model is None:
         return Outcome(None, log=["stopped while building the model"])
     start = model.encode(warm.schedule) if warm is not None else None
     if warm is not None:
-        ctx.report(message=f"MIP start: {warm.name} (cost {warm.cost:g})" if start is not None
-                   else f"no MIP start: {warm.name} does not fit the model")
+        ctx.report(message=f"MIP start: {warm.source} (cost {warm.cost:g})" if start is not None
+                   else f"no MIP start: {warm.source} does not fit the model")
     return run_checkmate_model(model, ctx, start=start)
 
 
@@ -66,7 +66,7 @@ class _Incumbents:
     def offer(self, watched: np.ndarray) -> None:
         """Simulate the schedule of an incumbent; keep it if it fits and is the cheapest so far."""
         schedule = self.model.schedule(watched)
-        simulation = simulate(self.model.graph, plan_from_schedule(self.model.graph, schedule))
+        simulation = simulate_schedule(self.model.graph, schedule)
         if simulation.peak_memory <= self.model.budget and (self.best is None or simulation.cost < self.best[1].cost):
             self.best = (schedule, simulation)
 

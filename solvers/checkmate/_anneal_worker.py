@@ -1,4 +1,4 @@
-"""A helper process of the anneal path: ``python -m remat.solvers._portfolio_worker``.
+"""A helper process of the anneal path: ``python -m remat.solvers.checkmate._anneal_worker``.
 
 Reads one request frame from stdin, ``(graph document, budget, seed, time limit, tasks, explained)``,
 runs the tasks and writes what they find as frames to the original stdout:
@@ -32,12 +32,12 @@ from typing import IO, Any
 
 from remat.schedules import Graph
 
-from ._anneal import Annealer
-from ._bound import overloaded_stages, retention_bound
-from ._context import SolveContext
-from ._fallback import best_baseline
+from .._context import SolveContext
+from ..backends._process import GRACE_S, child_protocol, read_frame
+from ..baselines import best_baseline
+from ..bounds import overloaded_stages, retention_bound
+from ..search import Annealer
 from ._windows import prove_infeasible
-from .backends._process import GRACE_S, child_protocol, read_frame
 
 __all__ = ["LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "WINDOW_SHARE", "main", "run_tasks"]
 
@@ -92,7 +92,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
     if "baselines" in tasks:
         baseline = best_baseline(graph, budget, ctx)
         if baseline is not None:
-            send(("baseline", baseline.name, baseline.schedule.R, baseline.schedule.S, baseline.cost))
+            send(("baseline", baseline.source, baseline.schedule.R, baseline.schedule.S, baseline.cost))
             best[0] = min(best[0], baseline.cost)
         for line in ctx.log:  # what the baselines noted: failures, and the best of them
             send(("log", line))

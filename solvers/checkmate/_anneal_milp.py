@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from remat.schedules import Graph, plan_from_schedule, simulate
+from remat.schedules import Graph, simulate_schedule
 
-from ._anneal import anneal
-from ._context import Outcome, Progress, SolveContext, relative_gap
-from ._fallback import Baseline
-from ._milp_solve import solve_milp
+from .._context import Outcome, Progress, SolveContext, relative_gap
+from .._warm import WarmStart
+from ..search import anneal
+from ._milp import solve_milp
 
 __all__ = ["ANNEAL_MAX_S", "ANNEAL_SHARE", "MILP_NODES", "MOVES_PER_NODE", "anneal_then_milp"]
 
@@ -33,24 +33,24 @@ MOVES_PER_NODE = 200
 """Moves the anneal makes per node of the graph (it stops earlier when its time share runs out)."""
 
 
-def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baseline | None) -> Outcome:
+def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmStart | None) -> Outcome:
     """Anneal from ``warm`` for a share of the time, then solve the MILP warm-started from the better plan."""
     share = min(ANNEAL_MAX_S, ANNEAL_SHARE * ctx.remaining_s())
     annealed = anneal(graph, budget, dataclasses.replace(ctx, time_limit_s=ctx.elapsed_s() + share),
                       start=warm.schedule if warm is not None else None, max_moves=MOVES_PER_NODE * graph.size)
     start = warm
     if annealed.schedule is not None:
-        simulation = simulate(graph, plan_from_schedule(graph, annealed.schedule))
+        simulation = simulate_schedule(graph, annealed.schedule)
         if simulation.peak_memory <= budget and (warm is None or simulation.cost < warm.cost):
-            start = Baseline("anneal", annealed.schedule, simulation)
+            start = WarmStart("anneal", annealed.schedule, simulation)
     ctx.log.extend(annealed.log)
     if ctx.stopped():
         return Outcome(start.schedule if start is not None else None)
     exact = solve_milp(graph, budget, _never_worse(ctx, start), start)
-    if start is None or start.name != "anneal" or exact.infeasible:
+    if start is None or start.source != "anneal" or exact.infeasible:
         return exact
     if exact.schedule is not None:
-        found = simulate(graph, plan_from_schedule(graph, exact.schedule))
+        found = simulate_schedule(graph, exact.schedule)
         if found.peak_memory <= budget and found.cost <= start.cost:
             return exact
     bound = exact.lower_bound
@@ -58,7 +58,7 @@ def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: Baselin
                    log=[*exact.log, f"the MILP found nothing cheaper than the anneal's plan (cost {start.cost:g})"])
 
 
-def _never_worse(ctx: SolveContext, start: Baseline | None) -> SolveContext:
+def _never_worse(ctx: SolveContext, start: WarmStart | None) -> SolveContext:
     """``ctx`` whose progress reports never show an incumbent worse than ``start``."""
     sink = ctx.on_progress
     if start is None or sink is None:

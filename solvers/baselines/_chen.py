@@ -21,8 +21,8 @@ import numpy as np
 
 from remat.schedules import Graph
 
+from .._context import Outcome, SolveContext
 from ._articulation import articulation_points
-from ._context import Outcome, SolveContext
 from ._knob import search_knob, whole_number
 from ._segments import segment_schedule
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from remat.schedules import Graph, StrategyNotApplicable
 
-from ._strategy import check_training_graph
+from .._strategy import check_training_graph
 
 __all__ = ["articulation_points", "check_articulation_points"]
 

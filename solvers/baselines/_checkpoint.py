@@ -6,7 +6,7 @@ import numpy as np
 
 from remat.schedules import Graph, Schedule, checkpoint_all_schedule, recompute_closure
 
-from ._context import Outcome, SolveContext
+from .._context import Outcome, SolveContext
 
 __all__ = ["checkpoint_all", "checkpoint_last", "checkpoint_last_schedule"]
 
