@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from remat.schedules import BatchedGraph, Graph, InvalidRequest, format_size
-from remat.solvers import Convergence, MaxBatch, max_batch, sweep_strategies
+from remat.solvers import BatchTrial, Convergence, MaxBatch, max_batch, sweep_strategies
 
 __all__ = ["run", "table"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Search every strategy asked for; print a table (or JSON); exit 1 when the first one fits no batch."""
+    """Search every strategy asked for, each batch tried on stderr; print a table (or JSON); exit 1 when the
+    first strategy fits no batch."""
     batched = _batched(args.graphs)
     names = sweep_strategies(batched.template, None if args.strategies == ["all"] else args.strategies)
     answers = []
     for name in names:
-        options: dict[str, Any] = {"time_limit_s": args.time_limit, "convergence": Convergence()}
+        options: dict[str, Any] = {"time_limit_s": args.time_limit}
+        if name == "checkmate":
+            options["convergence"] = Convergence()
         answers.append(max_batch(batched, args.budget, strategy=name, max_overhead=args.max_overhead,
-                                 **(options if name == "checkmate" else {"time_limit_s": args.time_limit})))
+                                 on_trial=lambda trial, name=name: _report(name, trial), **options))
     if args.json:
         print(json.dumps([a.to_json() for a in answers]))
     else:
@@ -28,6 +32,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"{batched.template.name or 'graph'} on {format_size(args.budget)}, {cap}:")
         print(table(answers))
     return 0 if answers and answers[0].batch else 1
+
+
+def _report(strategy: str, trial: BatchTrial) -> None:
+    overhead = f"overhead {trial.overhead:.4f}" if trial.overhead is not None else "no plan"
+    verdict = "fits" if trial.ok else "does not fit"
+    print(f"{strategy}: batch {trial.batch} {verdict} ({trial.status}, {overhead}, cap {trial.max_overhead:.4f})",
+          file=sys.stderr, flush=True)
 
 
 def table(answers: list[MaxBatch]) -> str:
