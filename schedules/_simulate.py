@@ -62,7 +62,8 @@ class Timing:
     spans: tuple[Span, ...]
     """One per statement, in plan order; :meth:`stream` picks one stream's."""
     memory: tuple[tuple[float, int], ...]
-    """Device memory over time, fixed memory included: ``(time, bytes in use from then on)``."""
+    """Device memory over time, fixed memory included: ``(time, bytes in use from then on)``, one entry an
+    instant (several share a time where statements take no time, as a compute of cost 0 does)."""
 
     def stream(self, op: Op) -> tuple[Span, ...]:
         """The spans of the ``compute``, ``offload`` or ``reload`` stream (or the ``free`` statements)."""
@@ -267,15 +268,17 @@ def _simulate_in_time(graph: Graph, plan: Plan, transfer: Transfer) -> Simulatio
     peak, peak_step = -1, -1
     timeline = np.empty(len(plan.steps), dtype=np.int64)
     memory: list[tuple[float, int]] = []
+    last: Instant | None = None
     for instant, _, k, delta in sorted(events):
         current += delta
         timeline[k] = current
         if current > peak:
             peak, peak_step = current, k
-        if memory and memory[-1][0] == instant[0]:
+        if instant == last:
             memory[-1] = (instant[0], current)
         else:
             memory.append((instant[0], current))
+            last = instant
     makespan = max((max(s.end, s.released or 0.0) for s in spans), default=0.0)
     timing = Timing(makespan=makespan, host_peak_memory=host, spans=tuple(spans), memory=tuple(memory))
     return Simulation(cost=makespan, peak_memory=peak, peak_step=peak_step, timeline=timeline,

@@ -14,7 +14,7 @@ import math
 
 import pytest
 from factories import BENCHMARK_NAMES, benchmark_graph, graph_doc, random_dags
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import (
@@ -315,3 +315,72 @@ def test_a_profile_converts_to_the_graphs_cost_unit_only_when_told():
     assert err.value.field == "seconds_per_cost_unit"
     with pytest.raises(TypeError):
         Transfer.from_profile("pcie4-x16")  # type: ignore[call-arg]
+
+
+def test_a_reload_starts_as_soon_as_its_offload_ends_wherever_the_plan_issues_it():
+    # The contract: a reload waits for the previous reload and for its offload, nothing else. Issued after
+    # compute c (which ends at 6), the reload of a still runs [4.5, 7], right after its offload [2, 4.5].
+    late = _plan(("compute", A), ("compute", B), ("offload", A), ("compute", C), ("reload", A), ("compute", D),
+                 *FREE_ALL)
+    early = _plan(("compute", A), ("compute", B), ("offload", A), ("reload", A), ("compute", C), ("compute", D),
+                  *FREE_ALL)
+    for plan in (late, early):
+        reload, = simulate(G, plan, transfer=SLOW).timing.stream("reload")
+        assert (reload.start, reload.end) == (4.5, 7)
+
+
+@st.composite
+def plans_with_transfers(draw):
+    """A random graph and a valid plan: values freed, kept or offloaded at random, then recomputed or reloaded."""
+    g = draw(random_dags())
+    resident: set[int] = set()
+    host: set[int] = set()
+    steps = []
+
+    def materialize(u):
+        if u in resident:
+            return
+        if u in host:
+            steps.append(("reload", u))
+        else:
+            for w in g.deps[u]:
+                materialize(w)
+            steps.append(("compute", u))
+        resident.add(u)
+
+    for v in range(g.size):
+        materialize(v)
+        for u in sorted(resident):
+            choice = draw(st.sampled_from(["keep", "free", "offload"]))
+            if choice == "offload" and u not in host:
+                steps.append(("offload", u))
+                host.add(u)
+                resident.discard(u)
+            elif choice == "free":
+                steps.append(("free", u))
+                resident.discard(u)
+    steps.extend(("free", u) for u in sorted(resident))
+    return g, Plan.of(steps), Transfer(bandwidth=draw(st.sampled_from([1, 7, 100])),
+                                       latency=draw(st.sampled_from([0, 0.5])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(plans_with_transfers())
+def test_random_plans_with_transfers_keep_the_streams_and_the_memory_consistent(case):
+    g, plan, transfer = case
+    assume(plan.has_transfers)
+    sim = simulate(g, plan, transfer=transfer)
+    timing = sim.timing
+    assert timing is not None and sim.cost == timing.makespan
+    for op in ("compute", "offload", "reload"):  # each stream runs one statement at a time, in plan order
+        spans = timing.stream(op)
+        assert all(s.start <= s.end for s in spans)
+        assert all(p.end <= s.start for p, s in zip(spans, spans[1:], strict=False))
+    computes = timing.stream("compute")
+    assert sum(s.end - s.start for s in computes) == pytest.approx(math.fsum(g.cost[s.node] for s in computes))
+    assert timing.makespan >= (computes[-1].end if computes else 0)
+    assert all(s.released >= s.end for s in timing.stream("offload"))
+    assert sim.timeline.min() >= g.fixed_memory and timing.memory[-1][1] == g.fixed_memory  # all freed
+    assert sim.peak_memory == max(sim.timeline.tolist()) == max(m for _, m in timing.memory)
+    assert sim.host_peak_memory == sum(int(g.memory[s.node]) for s in timing.stream("offload"))
+    assert Plan.from_json(g, plan.to_json(g)) == plan
