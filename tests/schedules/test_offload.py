@@ -214,36 +214,49 @@ def test_plan_json_reads_and_writes_offload_and_reload():
 # Plans without transfers: the walk in order, as before; the time model agrees with it.
 
 @st.composite
-def plans_without_transfers(draw):
-    """A random graph and a valid plan over it, with random frees and the recomputations they cause."""
+def random_plans(draw, *, offload):
+    """A random graph and a valid plan: values kept, freed or (with ``offload``) offloaded at random after each
+    node, then computed again or reloaded when read; everything freed at the end."""
     g = draw(random_dags())
     resident: set[int] = set()
+    host: set[int] = set()
     steps = []
 
     def materialize(u):
         if u in resident:
             return
-        for w in g.deps[u]:
-            materialize(w)
-        steps.append(("compute", u))
+        if u in host:
+            steps.append(("reload", u))
+        else:
+            for w in g.deps[u]:
+                materialize(w)
+            steps.append(("compute", u))
         resident.add(u)
 
+    choices = ["keep", "free", "offload"] if offload else ["keep", "free"]
     for v in range(g.size):
         materialize(v)
         for u in sorted(resident):
-            if draw(st.booleans()):
+            choice = draw(st.sampled_from(choices))
+            if choice == "offload" and u not in host:
+                steps.append(("offload", u))
+                host.add(u)
+                resident.discard(u)
+            elif choice == "free":
                 steps.append(("free", u))
                 resident.discard(u)
-    return g, Plan.of(steps)
+    steps.extend(("free", u) for u in sorted(resident))
+    return g, Plan.of(steps), Transfer(bandwidth=draw(st.sampled_from([1, 7, 100])),
+                                       latency=draw(st.sampled_from([0, 0.5])))
 
 
 @settings(max_examples=300, deadline=None)
-@given(plans_without_transfers())
+@given(random_plans(offload=False))
 def test_the_time_model_reduces_to_the_walk_in_order_without_transfers(case):
-    g, plan = case
-    walk = simulate(g, plan, transfer=SLOW)  # transfer parameters are ignored: the walk in order
+    g, plan, transfer = case
+    walk = simulate(g, plan, transfer=transfer)  # transfer parameters are ignored: the walk in order
     assert walk.timing is None and walk.host_peak_memory == 0
-    timed = _simulate_in_time(g, plan, SLOW)
+    timed = _simulate_in_time(g, plan, transfer)
     assert timed.timeline.tolist() == walk.timeline.tolist()
     assert (timed.peak_memory, timed.peak_step) == (walk.peak_memory, walk.peak_step)
     assert math.isclose(timed.cost, walk.cost, rel_tol=1e-12)
@@ -329,43 +342,8 @@ def test_a_reload_starts_as_soon_as_its_offload_ends_wherever_the_plan_issues_it
         assert (reload.start, reload.end) == (4.5, 7)
 
 
-@st.composite
-def plans_with_transfers(draw):
-    """A random graph and a valid plan: values freed, kept or offloaded at random, then recomputed or reloaded."""
-    g = draw(random_dags())
-    resident: set[int] = set()
-    host: set[int] = set()
-    steps = []
-
-    def materialize(u):
-        if u in resident:
-            return
-        if u in host:
-            steps.append(("reload", u))
-        else:
-            for w in g.deps[u]:
-                materialize(w)
-            steps.append(("compute", u))
-        resident.add(u)
-
-    for v in range(g.size):
-        materialize(v)
-        for u in sorted(resident):
-            choice = draw(st.sampled_from(["keep", "free", "offload"]))
-            if choice == "offload" and u not in host:
-                steps.append(("offload", u))
-                host.add(u)
-                resident.discard(u)
-            elif choice == "free":
-                steps.append(("free", u))
-                resident.discard(u)
-    steps.extend(("free", u) for u in sorted(resident))
-    return g, Plan.of(steps), Transfer(bandwidth=draw(st.sampled_from([1, 7, 100])),
-                                       latency=draw(st.sampled_from([0, 0.5])))
-
-
 @settings(max_examples=300, deadline=None)
-@given(plans_with_transfers())
+@given(random_plans(offload=True))
 def test_random_plans_with_transfers_keep_the_streams_and_the_memory_consistent(case):
     g, plan, transfer = case
     assume(plan.has_transfers)
