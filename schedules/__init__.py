@@ -22,15 +22,18 @@ from ._graph import GRAPH_FORMAT, MAX_TOTAL_BYTES, Graph, GraphLimits, Kind, Nod
 from ._layout import Buffer, Layout, layout_plan
 from ._plan import Op, Plan, checkpoint_all_plan
 from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
-from ._simulate import Simulation, simulate, simulate_schedule
+from ._simulate import Simulation, Span, Timing, simulate, simulate_schedule
+from ._transfer import TRANSFER_PROFILES, DeviceProfile, Transfer
 
 __all__ = [
     "GRAPH_FORMAT",
     "MAX_BUDGET_RATIO",
     "MAX_TOTAL_BYTES",
+    "TRANSFER_PROFILES",
     "BackendUnavailable",
     "BatchedGraph",
     "Buffer",
+    "DeviceProfile",
     "Graph",
     "GraphLimits",
     "InvalidGraph",
@@ -47,7 +50,10 @@ __all__ = [
     "ScheduleEntries",
     "Simulation",
     "SolverFailed",
+    "Span",
     "StrategyNotApplicable",
+    "Timing",
+    "Transfer",
     "UnknownStrategy",
     "checkpoint_all_plan",
     "checkpoint_all_schedule",

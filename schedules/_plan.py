@@ -1,4 +1,4 @@
-"""Plans (remat.plan/v1): lists of ``compute v`` and ``free v`` statements over one graph.
+"""Plans (remat.plan/v1): lists of ``compute v``, ``free v``, ``offload v`` and ``reload v`` statements.
 
 What a plan costs and how much memory it needs is the simulator's to say (:mod:`._simulate`,
 docs/plans.md).
@@ -19,7 +19,11 @@ __all__ = [
     "checkpoint_all_plan",
 ]
 
-Op = Literal["compute", "free"]
+Op = Literal["compute", "free", "offload", "reload"]
+"""A statement's operation: ``offload`` and ``reload`` copy a value to host memory and back."""
+
+OPS: tuple[Op, ...] = ("compute", "free", "offload", "reload")
+TRANSFER_OPS: tuple[Op, ...] = ("offload", "reload")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,11 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    @property
+    def has_transfers(self) -> bool:
+        """Whether the plan offloads or reloads a value (it then needs transfer parameters to simulate)."""
+        return any(op in TRANSFER_OPS for op, _ in self.steps)
 
     def to_json(self, graph: Graph) -> list[dict[str, str]]:
         """The remat.plan/v1 list, nodes named by id."""
@@ -43,8 +52,9 @@ class Plan:
             raise InvalidPlan("A plan must be a list of {op, node} statements.")
         steps: list[tuple[Op, int]] = []
         for k, st in enumerate(doc):
-            if not isinstance(st, dict) or st.get("op") not in ("compute", "free"):
-                raise InvalidPlan(f"Step {k}: must be {{'op': 'compute'|'free', 'node': id}}.", step=k)
+            if not isinstance(st, dict) or st.get("op") not in OPS:
+                raise InvalidPlan(
+                    f"Step {k}: must be {{'op': 'compute'|'free'|'offload'|'reload', 'node': id}}.", step=k)
             node = st.get("node")
             if not isinstance(node, str) or node not in graph.index:
                 raise InvalidPlan(f"Step {k}: node {node!r} is not a node of the graph.", step=k)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remat.schedules import Graph, Plan, Schedule, plan_from_schedule, simulate
+from remat.schedules import Graph, Plan, Schedule, Transfer, plan_from_schedule, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -72,12 +72,17 @@ def test_plan_and_schedule_examples_simulate() -> None:
     plans, schedules = [], []
     for doc in _json_blocks("plans.md"):
         if isinstance(doc, list):
-            plans.append(simulate(graph, Plan.from_json(graph, doc)))
+            plans.append(simulate(graph, Plan.from_json(graph, doc), transfer=Transfer(bandwidth=50)))
         else:
             schedules.append(Schedule.from_json(graph, doc))
-    assert len(plans) == 1 and len(schedules) == 2
-    sim = plans[0]
+    assert len(plans) == 2 and len(schedules) == 2
+    sim, offload = plans
     assert (sim.cost, sim.peak_memory, sim.peak_step, sim.recomputations) == (18.0, 1304, 5, 1)
+    assert sim.timing is None
+    # the offload example: copies of x1 from 2 to 4 and from 4 to 6, hidden; nothing saved
+    assert (offload.cost, offload.peak_memory, offload.host_peak_memory) == (16.0, 1404, 100)
+    assert [(s.start, s.end) for s in offload.timing.spans if s.op != "compute" and s.op != "free"] == [(2, 4), (4, 6)]
+    assert offload.timing.stream("compute")[-1].start == 13
     compact, full = schedules
     assert (compact.R == full.R).all() and (compact.S == full.S).all()
     plan = plan_from_schedule(graph, compact)
