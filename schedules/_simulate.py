@@ -250,7 +250,7 @@ def _simulate_in_time(graph: Graph, plan: Plan, transfer: Transfer) -> Simulatio
                                   step=k, node=ids[v])
             if on_device[v]:
                 raise InvalidPlan(f"Step {k}: reload {ids[v]!r}, but it is already resident.", step=k, node=ids[v])
-            start = max(reloads_end, copied[v])
+            start = max(reloads_end, copied[v], computes_end)  # the computes issued before it, too
             end = reloads_end = usable[v] = _after(start, transfer.duration(mem[v]))
             on_device[v] = True
             events.append((start, 1, k, mem[v]))

@@ -47,35 +47,36 @@ def _plan(*steps):
 def test_a_copy_hidden_behind_compute_costs_nothing():
     # 40 bytes per cost unit: a's copies last 1.
     # compute a [0, 2]; compute b [2, 5]; offload a [2, 3], released at 5 (b, issued before it, ends at 5);
-    # reload a [3, 4]; compute c [5, 6]; compute d [6, 8] (a usable since 4): makespan 8 = 2 + 3 + 1 + 2.
+    # reload a, issued after b, waits for it: [5, 6]; compute c [5, 6]; compute d [6, 8] (a usable at 6):
+    # makespan 8 = 2 + 3 + 1 + 2.
     plan = _plan(("compute", A), ("compute", B), ("offload", A), ("reload", A), ("compute", C), ("compute", D),
                  *FREE_ALL)
     sim = simulate(G, plan, transfer=Transfer(bandwidth=40))
     assert sim.cost == sim.timing.makespan == G.base_cost == 8.0
     assert [(s.start, s.end) for s in sim.timing.stream("compute")] == [(0, 2), (2, 5), (5, 6), (6, 8)]
     assert [(s.start, s.end, s.released) for s in sim.timing.stream("offload")] == [(2, 3, 5)]
-    assert [(s.start, s.end) for s in sim.timing.stream("reload")] == [(3, 4)]
-    # memory: 0: +a 140; 2: +b 150; 3: +a (reloaded) 190; 5: -a (offloaded) 150, +c 170; 6: +d 175;
+    assert [(s.start, s.end) for s in sim.timing.stream("reload")] == [(5, 6)]
+    # memory: 0: +a 140; 2: +b 150; 5: -a (offloaded) 110, +a (reloaded) 150, +c 170; 6: +d 175;
     # 8: the frees, 135, 125, 105, 100.
-    assert sim.timeline.tolist() == [140, 150, 150, 190, 170, 175, 135, 125, 105, 100]
-    assert (sim.peak_memory, sim.peak_step) == (190, 3)
-    assert sim.timing.memory == ((0, 140), (2, 150), (3, 190), (5, 170), (6, 175), (8, 100))
+    assert sim.timeline.tolist() == [140, 150, 110, 150, 170, 175, 135, 125, 105, 100]
+    assert (sim.peak_memory, sim.peak_step) == (175, 5)
+    assert sim.timing.memory == ((0, 140), (2, 150), (5, 170), (6, 175), (8, 100))
     assert sim.host_peak_memory == 40
     assert sim.recomputations == 0
 
 
 def test_a_compute_waits_for_the_reload_it_reads():
     # compute a [0, 2]; compute b [2, 5]; offload a [2, 4.5], released at max(4.5, 5) = 5;
-    # compute c [5, 6]; reload a [4.5, 7]; compute d waits for a: [7, 9], not [6, 8]. Makespan 9.
+    # compute c [5, 6]; reload a, issued after c, [6, 8.5]; compute d waits for a: [8.5, 10.5]. Makespan 10.5.
     plan = _plan(("compute", A), ("compute", B), ("offload", A), ("compute", C), ("reload", A), ("compute", D),
                  *FREE_ALL)
     sim = simulate(G, plan, transfer=SLOW)
-    assert sim.cost == 9.0
-    assert [s.start for s in sim.timing.stream("compute")] == [0, 2, 5, 7]
-    assert [(s.start, s.end) for s in sim.timing.stream("reload")] == [(4.5, 7)]
-    # 0: 140; 2: 150; 4.5: +a 190; 5: -a 150, +c 170; 7: +d 175; 9: frees.
-    assert sim.timeline.tolist() == [140, 150, 150, 170, 190, 175, 135, 125, 105, 100]
-    assert (sim.peak_memory, sim.peak_step) == (190, 4)
+    assert sim.cost == 10.5
+    assert [s.start for s in sim.timing.stream("compute")] == [0, 2, 5, 8.5]
+    assert [(s.start, s.end) for s in sim.timing.stream("reload")] == [(6, 8.5)]
+    # 0: 140; 2: 150; 5: -a 110, +c 130; 6: +a 170; 8.5: +d 175; 10.5: frees.
+    assert sim.timeline.tolist() == [140, 150, 110, 130, 170, 175, 135, 125, 105, 100]
+    assert (sim.peak_memory, sim.peak_step) == (175, 5)
 
 
 def test_memory_is_released_when_the_copy_and_the_earlier_computes_have_ended():
@@ -121,15 +122,15 @@ def test_a_free_after_a_reload_waits_for_the_copy():
 
 def test_releases_come_before_allocations_at_one_instant():
     # 40 bytes per cost unit: a's copies last 1. compute a [0, 2]; compute b [2, 5]; offload a [2, 3], released
-    # at 5; reload a [3, 4], allocated at 3; compute c [5, 6]; free b at 6; compute d [6, 8]; frees at 8.
-    # 0: 140; 2: 150; 3: 190; 5: -a 150, then +c 170 (allocating first would reach 210);
+    # at 5; reload a [5, 6], allocated at 5; compute c [5, 6]; free b at 6; compute d [6, 8]; frees at 8.
+    # 0: 140; 2: 150; 5: -a 110, then +a 150 and +c 170 (allocating first would reach 210);
     # 6: -b 160, then +d 165; 8: 125, 105, 100.
     plan = _plan(("compute", A), ("compute", B), ("offload", A), ("reload", A), ("compute", C), ("free", B),
                  ("compute", D), ("free", A), ("free", C), ("free", D))
     sim = simulate(G, plan, transfer=Transfer(bandwidth=40))
-    assert sim.timeline.tolist() == [140, 150, 150, 190, 170, 160, 165, 125, 105, 100]
-    assert (sim.peak_memory, sim.peak_step) == (190, 3)
-    assert sim.timing.memory == ((0, 140), (2, 150), (3, 190), (5, 170), (6, 165), (8, 100))
+    assert sim.timeline.tolist() == [140, 150, 110, 150, 170, 160, 165, 125, 105, 100]
+    assert (sim.peak_memory, sim.peak_step) == (170, 4)
+    assert sim.timing.memory == ((0, 140), (2, 150), (5, 170), (6, 165), (8, 100))
 
 
 def test_a_free_after_a_compute_of_no_cost_still_counts_its_output_with_its_inputs():
@@ -330,16 +331,17 @@ def test_a_profile_converts_to_the_graphs_cost_unit_only_when_told():
         Transfer.from_profile("pcie4-x16")  # type: ignore[call-arg]
 
 
-def test_a_reload_starts_as_soon_as_its_offload_ends_wherever_the_plan_issues_it():
-    # The contract: a reload waits for the previous reload and for its offload, nothing else. Issued after
-    # compute c (which ends at 6), the reload of a still runs [4.5, 7], right after its offload [2, 4.5].
+def test_a_reload_waits_for_its_offload_and_the_computes_issued_before_it():
+    # Issued after compute c (which ends at 6), the reload of a runs [6, 8.5]; issued before c, it runs
+    # [5, 7.5]: after b, issued before it, ends at 5 (its offload [2, 4.5] ended earlier). Where the plan
+    # places a reload is when it may start, as a copy stream waits on the compute stream's event.
     late = _plan(("compute", A), ("compute", B), ("offload", A), ("compute", C), ("reload", A), ("compute", D),
                  *FREE_ALL)
     early = _plan(("compute", A), ("compute", B), ("offload", A), ("reload", A), ("compute", C), ("compute", D),
                   *FREE_ALL)
-    for plan in (late, early):
+    for plan, expected in ((late, (6, 8.5)), (early, (5, 7.5))):
         reload, = simulate(G, plan, transfer=SLOW).timing.stream("reload")
-        assert (reload.start, reload.end) == (4.5, 7)
+        assert (reload.start, reload.end) == expected
 
 
 @settings(max_examples=300, deadline=None)
