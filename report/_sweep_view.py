@@ -11,6 +11,7 @@ does; the table shows every cell as it was asked.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,9 +19,6 @@ from typing import Any
 
 from remat.schedules import format_size
 from remat.solvers import STRATEGIES
-
-from .._jobs import JobStatus
-from .._sweeps import status_counts
 
 __all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "byte_unit", "step_curve", "strategy_color",
            "sweep_figure", "sweep_table"]
@@ -96,19 +94,18 @@ class SweepView:
     natural: Mapping[str, int] = field(default_factory=dict)
     """Each heuristic's own peak when unconstrained (a budget the sweep added for it)."""
     status: str = "succeeded"
+    """The sweep's status, a job status."""
+    done: bool = True
+    """The sweep has ended: no cell will change any more."""
 
     @cached_property
     def grid(self) -> dict[tuple[str, int], SweepCell]:
         return {(c.strategy, c.budget): c for c in self.cells}
 
     @property
-    def counts(self) -> dict[str, int]:
-        """How many cells' jobs are in each status."""
-        return status_counts(c.status for c in self.cells)
-
-    @property
-    def done(self) -> bool:
-        return JobStatus(self.status).terminal
+    def counts(self) -> Counter[str]:
+        """How many cells' jobs are in each status (0 for a status no cell is in)."""
+        return Counter(c.status for c in self.cells)
 
 
 def step_curve(points: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
