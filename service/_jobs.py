@@ -110,6 +110,8 @@ class SolveSpec:
     backend: str = "auto"
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     mip_gap: float = DEFAULT_MIP_GAP
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The strategy's own options (:func:`remat.solvers.solve`'s ``options``)."""
 
     @property
     def key(self) -> str:
