@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from remat.schedules import (
@@ -32,8 +33,12 @@ from ._context import (
 )
 from ._registry import get_strategy
 from ._result import Result, ResultStatus
+from ._watch import watching
 
 __all__ = ["solve"]
+
+CONVERGENCE_POLL_S = 0.1
+"""Seconds between two looks at whether a solve with a convergence rule has converged."""
 
 
 def solve(
@@ -129,23 +134,9 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     return result
 
 
-@contextlib.contextmanager
-def _watching_convergence(ctx: SolveContext, every_s: float = 0.1) -> Iterator[None]:
+def _watching_convergence(ctx: SolveContext) -> AbstractContextManager[None]:
     """While the block runs, stop the solve (reason ``converged``) once the context's rule holds."""
     if ctx.convergence is None:
-        yield
-        return
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(every_s) and not ctx.stop_event.is_set():
-            if ctx.converged():
-                ctx.stop("converged")
-
-    watcher = threading.Thread(target=watch, name="remat-convergence", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
+        return contextlib.nullcontext()
+    return watching(lambda: not ctx.stop_event.is_set() and ctx.converged(), lambda: ctx.stop("converged"),
+                    every_s=CONVERGENCE_POLL_S, name="remat-convergence")
