@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from remat.schedules import format_size
+from remat.schedules import byte_unit, format_size
 from remat.solvers import STRATEGIES
 
-__all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "byte_unit", "step_curve", "strategy_color",
+__all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "step_curve", "strategy_color",
            "sweep_figure", "sweep_table"]
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -36,18 +36,6 @@ def strategy_color(name: str) -> str:
     order = list(STRATEGIES)
     index = order.index(name) if name in order else len(order) + sum(map(ord, name))
     return PALETTE[index % len(PALETTE)]
-
-
-def byte_unit(largest: float) -> tuple[str, int]:
-    """The binary unit an axis reaching ``largest`` bytes reads best in, and its size in bytes.
-
-    >>> byte_unit(3 * 2**30), byte_unit(512)
-    (('GiB', 1073741824), ('B', 1))
-    """
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if largest >= scale:
-            return unit, scale
-    return "B", 1
 
 
 @dataclass(frozen=True)
