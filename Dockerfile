@@ -17,6 +17,7 @@ RUN pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY schedules ./schedules
 COPY solvers ./solvers
+COPY report ./report
 COPY service ./service
 COPY clients ./clients
 RUN pip install --no-deps . && pip check && python -c "import remat.service, remat.solvers"

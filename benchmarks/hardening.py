@@ -46,10 +46,10 @@ from factories import chain  # noqa: E402
 from processes import REDIS_URL, Processes, Server, at_once, invented_methods, memory_mb  # noqa: E402
 
 from remat.clients.http import Client  # noqa: E402
+from remat.report import job_figures  # noqa: E402
 from remat.schedules import Graph, Plan, Schedule, layout_plan, simulate  # noqa: E402
 from remat.service import Claim, JobStatus, JobStore, RedisStore, SolveSpec, SqliteStore  # noqa: E402
 from remat.service._store import Retention  # noqa: E402
-from remat.service.dashboard import job_figures  # noqa: E402
 from remat.solvers import plan_sweep, solve  # noqa: E402
 
 TOKEN = "bench-" + "t" * 26

@@ -2,8 +2,9 @@
 
 In-process, the sweep's points come from :func:`remat.solvers.plan_sweep` (the service chooses them
 the same way) and each is solved by :func:`remat.solvers.solve`; against a server, the sweep runs as
-jobs there. Either way the outcome is the dashboard's :class:`~remat.service.dashboard.SweepView`,
-printed as a table and, on request, written as the dashboard's sweep page in one offline HTML file.
+jobs there. Either way the outcome is a :class:`~remat.report.SweepView`, printed as a table and, on
+request, written as the dashboard's sweep page in one offline HTML file (:mod:`remat.report`, which
+imports no web framework).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from remat.report import SweepCell, SweepView, render_report, sweep_table
 from remat.schedules import Graph, InvalidRequest, format_size
-from remat.service.dashboard import SweepCell, SweepView, render_report, sweep_table
 from remat.solvers import DEFAULT_TIME_LIMIT_S, SWEEP_POINTS, ResultStatus, get_strategy, plan_sweep, solve
 
-from .http import Client
+from .http import TERMINAL, Client
 
 __all__ = ["compare_here", "compare_on", "table_text", "write_report"]
 
@@ -38,7 +39,9 @@ def compare_here(graph: Graph, *, strategies: Sequence[str] | None = None, budge
         uses_backend = backend if get_strategy(strategy).backends else "auto"
         result = solve(graph, budget=budget, strategy=strategy, backend=uses_backend,
                        time_limit_s=time_limit_s).to_json()
-        cells.append(SweepCell(strategy, budget, ResultStatus(result["status"]).job_status, result))
+        # in-process nothing cancels a point: it fails when its solve errs, else it succeeded
+        cells.append(SweepCell(strategy, budget, "failed" if result["status"] == ResultStatus.ERROR else "succeeded",
+                               result))
         report(f"[{k}/{len(plan.points)}] {_point_line(result)}")
     return SweepView(graph.name, graph.min_feasible_budget, graph.checkpoint_all_peak, plan.strategies,
                      tuple(sorted(plan.budgets)), tuple(cells), dict(plan.natural))
@@ -71,7 +74,7 @@ def _view_of(graph: Graph, doc: dict[str, Any]) -> SweepView:
                             j["id"]) for j in doc["jobs"])
     return SweepView(graph.name, graph.min_feasible_budget, graph.checkpoint_all_peak,
                      tuple(dict.fromkeys(c.strategy for c in cells)), tuple(sorted({c.budget for c in cells})),
-                     cells, doc["natural_budgets"], doc["status"])
+                     cells, doc["natural_budgets"], doc["status"], doc["status"] in TERMINAL)
 
 
 def _point_line(result: dict[str, Any]) -> str:

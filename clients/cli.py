@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help=f"seconds (default {DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap that counts as optimal")
+    p.add_argument("--option", type=_option, action="append", default=[], metavar="KEY=VALUE", dest="options",
+                   help="a strategy option (remat strategies lists them), repeatable; VALUE is read as JSON "
+                        "when it parses (5, false), else as text (milp)")
     p.add_argument("--output", "-o", help="write the remat.result/v1 JSON here")
     p.add_argument("--full-schedule", action="store_true",
                    help="write the schedule with every stage's whole retained set, not only what changes")
@@ -131,6 +134,17 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` as (key, value): the value as JSON when it parses, else as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
 def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
@@ -166,6 +180,8 @@ def _solve(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"strategy": args.strategy, "backend": args.backend, "time_limit_s": args.time_limit}
     if args.mip_gap is not None:
         options["mip_gap"] = args.mip_gap
+    if args.options:
+        options["options"] = dict(args.options)
     budget = {"budget": args.budget} if args.budget is not None else {"budget_ratio": args.budget_ratio}
     if args.server:
         from remat.clients.http import Client

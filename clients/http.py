@@ -78,10 +78,12 @@ class Client:
 
     def submit(self, graph: Graph | Mapping[str, Any], *, budget: int | None = None,
                budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
-               time_limit_s: float | None = None, mip_gap: float | None = None) -> dict[str, Any]:
+               time_limit_s: float | None = None, mip_gap: float | None = None,
+               options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Submit a solve and return its job at once (``status`` says whether it has already ended)."""
         response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
-                                    backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, wait_s=0)
+                                    backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, options=options,
+                                    wait_s=0)
         if response.status_code == 202:
             job: dict[str, Any] = response.json()
             return job
@@ -90,13 +92,15 @@ class Client:
     def solve(self, graph: Graph | Mapping[str, Any], *, budget: int | None = None,
               budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
               time_limit_s: float | None = None, mip_gap: float | None = None,
-              wait_s: float = 10.0) -> dict[str, Any]:
+              options: Mapping[str, Any] | None = None, wait_s: float = 10.0) -> dict[str, Any]:
         """Solve and return the remat.result/v1, polling the job for as long as the solve takes.
 
-        Raises ServiceError when the request is refused or the job fails without a result.
+        ``options`` are the strategy's own (:func:`remat.solvers.solve`'s). Raises ServiceError when the
+        request is refused or the job fails without a result.
         """
         response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
-                                    backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, wait_s=wait_s)
+                                    backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, options=options,
+                                    wait_s=wait_s)
         if response.status_code == 200:
             result: dict[str, Any] = response.json()
             return result

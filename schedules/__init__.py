@@ -6,7 +6,7 @@ Everything here is plain Python and NumPy; other packages build on it and never 
 """
 
 from ._batched import BatchedGraph
-from ._budget import MAX_BUDGET_RATIO, format_size, parse_size, resolve_budget
+from ._budget import BINARY_UNITS, MAX_BUDGET_RATIO, byte_unit, format_size, parse_size, resolve_budget
 from ._errors import (
     BackendUnavailable,
     InvalidGraph,
@@ -20,12 +20,14 @@ from ._errors import (
 )
 from ._graph import GRAPH_FORMAT, MAX_TOTAL_BYTES, Graph, GraphLimits, Kind, Node
 from ._layout import Buffer, Layout, layout_plan
+from ._numbers import whole_number
 from ._plan import Op, Plan, checkpoint_all_plan
 from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
 from ._simulate import Simulation, Span, Timing, simulate, simulate_schedule
 from ._transfer import TRANSFER_PROFILES, DeviceProfile, Transfer
 
 __all__ = [
+    "BINARY_UNITS",
     "GRAPH_FORMAT",
     "MAX_BUDGET_RATIO",
     "MAX_TOTAL_BYTES",
@@ -55,6 +57,7 @@ __all__ = [
     "Timing",
     "Transfer",
     "UnknownStrategy",
+    "byte_unit",
     "checkpoint_all_plan",
     "checkpoint_all_schedule",
     "format_size",
@@ -65,4 +68,5 @@ __all__ = [
     "resolve_budget",
     "simulate",
     "simulate_schedule",
+    "whole_number",
 ]

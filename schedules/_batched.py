@@ -15,6 +15,7 @@ import numpy as np
 
 from ._errors import InvalidGraph
 from ._graph import Graph, Node
+from ._numbers import whole_number
 
 __all__ = ["BatchedGraph"]
 
@@ -123,8 +124,7 @@ class BatchedGraph:
 
 
 def _check_batch(batch: object) -> None:
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InvalidGraph(f"A batch size must be a whole number >= 1, got {batch!r}.", field="batch")
+    whole_number(batch, what="A batch size", field="batch", least=1, error=InvalidGraph)
 
 
 def _check_same_structure(first: Graph, low: int, graph: Graph, batch: int) -> None:

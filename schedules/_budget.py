@@ -8,7 +8,7 @@ import re
 from ._errors import InvalidRequest
 from ._graph import MAX_TOTAL_BYTES, Graph
 
-__all__ = ["MAX_BUDGET_RATIO", "format_size", "parse_size", "resolve_budget"]
+__all__ = ["BINARY_UNITS", "MAX_BUDGET_RATIO", "byte_unit", "format_size", "parse_size", "resolve_budget"]
 
 MAX_BUDGET_RATIO = 1000.0
 """Largest ``budget_ratio`` accepted: far above any useful budget, low enough that no budget overflows."""
@@ -18,6 +18,8 @@ _UNITS = {
     "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
+BINARY_UNITS = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+"""The binary units sizes are shown in, largest first, with their sizes in bytes."""
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -48,12 +50,19 @@ def _bytes(value: float, text: str | int) -> int:
     return int(math.floor(value))
 
 
+def byte_unit(largest: float) -> tuple[str, int]:
+    """The binary unit a size (or an axis reaching it) reads best in, and its size in bytes.
+
+    >>> byte_unit(3 * 2**30), byte_unit(512)
+    (('GiB', 1073741824), ('B', 1))
+    """
+    return next(((unit, scale) for unit, scale in BINARY_UNITS if largest >= scale), ("B", 1))
+
+
 def format_size(n: float) -> str:
     """Bytes in binary units for people: ``format_size(3 * 2**30) == '3.00 GiB'``."""
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
+    unit, scale = byte_unit(abs(n))
+    return f"{int(n)} B" if scale == 1 else f"{n / scale:.2f} {unit}"
 
 
 def resolve_budget(graph: Graph, *, budget: int | None = None, budget_ratio: float | None = None) -> int:

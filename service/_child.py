@@ -1,10 +1,11 @@
 """One solve in its own process group: the child's entry point and the parent's handle on it.
 
-The child runs :func:`remat.solvers.solve`. SIGTERM sets the solve's ``stop_event``, so the
-strategy returns its best plan so far; a thread turns the signal into the event even while the
-main thread is inside a solver's C code. When the parent disappears the child kills its own group,
-so no solver outlives the runner that started it. The parent reads progress and the result from a
-pipe and stops the child in two steps: SIGTERM to the child, then SIGKILL to its whole group.
+The child runs :func:`remat.solvers.solve`. Child and parent share a pipe: the child sends
+progress and the result; the parent sends ``("stop", reason)``, which a thread of the child turns
+into the solve's stop with that reason (even while the main thread is inside a solver's C code), so
+the strategy returns its best plan so far and the result's status says why it stopped. When the
+parent disappears the child kills its own group, so no solver outlives the runner that started it.
+The parent stops a child in two steps: the stop message, then SIGKILL to its whole group.
 
 Children come from a forkserver that has imported remat.solvers once (the API process has threads,
 so it must not fork itself), which makes starting a solve cheap.
@@ -26,15 +27,15 @@ from multiprocessing.context import ForkServerContext
 from typing import Any
 
 from remat.schedules import Graph, RematError
-from remat.solvers import solve
+from remat.solvers import Stop, StopReason, solve
 
 from ._jobs import SolveSpec
 
 __all__ = ["SolverProcess", "solver_context"]
 
 Message = tuple[str, Any]
-"""("progress", Progress JSON), ("result", remat.result/v1), ("error", a sentence for the job's caller) or
-("crash", a traceback for the server's log only)."""
+"""From the child: ("progress", Progress JSON), ("result", remat.result/v1), ("error", a sentence for the
+job's caller) or ("crash", a traceback for the server's log only). From the parent: ("stop", StopReason)."""
 
 
 def solver_context() -> ForkServerContext:
@@ -89,9 +90,12 @@ class SolverProcess:
         """Wait up to ``timeout_s`` for the child to exit."""
         self._process.join(timeout_s)
 
-    def terminate(self) -> None:
-        """Ask the solve to stop and return its best plan (SIGTERM to the child)."""
-        self._signal(signal.SIGTERM, group=False)
+    def stop(self, reason: StopReason) -> None:
+        """Ask the solve to stop for ``reason`` and return its best plan."""
+        try:
+            self._conn.send(("stop", reason.value))
+        except OSError:  # the child is gone
+            pass
 
     def kill(self) -> None:
         """Kill the child and everything it started (SIGKILL to its process group)."""
@@ -124,15 +128,14 @@ class SolverProcess:
 def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any], threads: int,
           max_result_bytes: int) -> None:
     os.setpgid(0, 0)
-    stop, finished = threading.Event(), threading.Event()
-    _stop_on_sigterm(stop)
-    threading.Thread(target=_die_with_parent, args=(conn, finished), name="parent-watch", daemon=True).start()
+    stop, finished = Stop(), threading.Event()
+    threading.Thread(target=_listen, args=(conn, stop, finished), name="parent-watch", daemon=True).start()
     try:
         spec = SolveSpec.from_json(spec_doc)
         result = solve(Graph.from_json(graph_doc), budget=spec.budget, strategy=spec.strategy,
                        backend=spec.backend, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap,
-                       threads=threads, on_progress=lambda p: conn.send(("progress", p.to_json())),
-                       stop_event=stop)
+                       options=spec.options, threads=threads,
+                       on_progress=lambda p: conn.send(("progress", p.to_json())), stop_event=stop)
         message: Message = _result_message(result.to_json(), max_result_bytes)
     except RematError as e:
         message = ("error", f"{type(e).__name__}: {e}")
@@ -153,25 +156,13 @@ def _result_message(result: dict[str, Any], max_bytes: int) -> Message:
                      f"choose a strategy that recomputes less.")
 
 
-def _stop_on_sigterm(stop: threading.Event) -> None:
-    """SIGTERM sets ``stop`` at once: the C-level handler wakes a thread through a pipe."""
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-
-    def watch() -> None:
-        while True:
-            if signal.SIGTERM in os.read(read_fd, 64):
-                stop.set()
-
-    threading.Thread(target=watch, name="sigterm-watch", daemon=True).start()
-
-
-def _die_with_parent(conn: Connection, finished: threading.Event) -> None:
-    """The parent never writes: end of file means it is gone, and so must be this solve."""
+def _listen(conn: Connection, stop: Stop, finished: threading.Event) -> None:
+    """Stop the solve at the parent's stop message; at the end of file the parent is gone, and so must be this solve."""
     try:
-        conn.recv()
+        while True:
+            kind, reason = conn.recv()
+            if kind == "stop":
+                stop.request(StopReason(reason))
     except (EOFError, OSError):
         pass
     if not finished.is_set():

@@ -80,6 +80,16 @@ class JobStatus(StrEnum):
     def terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
+    @classmethod
+    def ended_with(cls, result_status: str) -> JobStatus:
+        """The status of a job whose solve returned a result of ``result_status``.
+
+        >>> JobStatus.ended_with("error"), JobStatus.ended_with("timeout")
+        (<JobStatus.FAILED: 'failed'>, <JobStatus.SUCCEEDED: 'succeeded'>)
+        """
+        ends = {ResultStatus.ERROR: JobStatus.FAILED, ResultStatus.CANCELLED: JobStatus.CANCELLED}
+        return ends.get(ResultStatus(result_status), JobStatus.SUCCEEDED)
+
 
 @cache
 def remat_version() -> str:
@@ -100,6 +110,8 @@ class SolveSpec:
     backend: str = "auto"
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     mip_gap: float = DEFAULT_MIP_GAP
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The strategy's own options (:func:`remat.solvers.solve`'s ``options``)."""
 
     @property
     def key(self) -> str:
@@ -232,7 +244,7 @@ def finish(job: Job, by: Claim, *, now: float, result: Mapping[str, Any]) -> Job
     """The solve returned a remat.result/v1; the job's status follows the result's."""
     if not _held(job, by):
         return None
-    status = JobStatus(ResultStatus(result["status"]).job_status)
+    status = JobStatus.ended_with(result["status"])
     error = ("; ".join(result.get("log", [])[-3:]) or "the solver failed") if status is JobStatus.FAILED else None
     return replace(job, status=status, result_status=result["status"], error=error, finished_at=now,
                    lease_until=None)

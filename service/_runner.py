@@ -2,7 +2,8 @@
 
 The same runner serves the embedded executor's slots and ``remat worker``. It renews the job's
 lease, stores the solver's progress, turns a cancel request (or an overrun of the time limit) into
-SIGTERM and, after the grace period, SIGKILL to the solver's group, and catches every failure at
+a stop that carries its reason (the solve's result then says how it ended) and, after the grace
+period, SIGKILL to the solver's group, and catches every failure at
 the job boundary so that a bad job never takes the runner down.
 """
 
@@ -16,11 +17,13 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
+from remat.solvers import StopReason
+
 from ._child import Message, SolverProcess
 from ._jobs import Claim, Job
 from ._store import JobStore
 
-__all__ = ["RunnerConfig", "ended_by", "run_claimed"]
+__all__ = ["RunnerConfig", "run_claimed"]
 
 log = logging.getLogger("remat.service")
 
@@ -92,7 +95,7 @@ class _Supervisor:
         self.progress: dict[str, Any] | None = None
         self.progress_written = True
         self.stop_sent: float | None = None
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
 
     def run(self) -> Job | None:
         if self.store.renew(self.by, solver_pid=self.child.pid) is None:
@@ -126,26 +129,26 @@ class _Supervisor:
             self.renewed, self.progress_written = now, True
             if current is None:
                 return False
-            self._stop_if(current.cancel_requested, "cancelled")
+            self._stop_if(current.cancel_requested, StopReason.CANCEL)
         elif now - self.controlled >= CONTROL_INTERVAL_S:
             self.controlled = now
-            self._stop_if(self.store.get(self.by.job_id, with_result=False).cancel_requested, "cancelled")
+            self._stop_if(self.store.get(self.by.job_id, with_result=False).cancel_requested, StopReason.CANCEL)
         return True
 
     def _enforce_limits(self) -> None:
-        self._stop_if(time.monotonic() > self.deadline, "time limit")
+        self._stop_if(time.monotonic() > self.deadline, StopReason.DEADLINE)
         if self.stop_sent is not None and time.monotonic() - self.stop_sent > self.config.cancel_grace_s:
             self.child.kill()
 
-    def _stop_if(self, condition: bool, reason: str) -> None:
+    def _stop_if(self, condition: bool, reason: StopReason) -> None:
         if condition and self.stop_sent is None:
-            log.info("job %s: %s; asking the solver to stop", self.by.job_id, reason)
-            self.child.terminate()
+            log.info("job %s: %s; asking the solver to stop", self.by.job_id, reason.value)
+            self.child.stop(reason)
             self.stop_sent, self.stop_reason = time.monotonic(), reason
 
     def _record(self, message: Message | None) -> Job | None:
         if message is not None and message[0] == "result":
-            job = self.store.mark_finished(self.by, ended_by(message[1], self.stop_reason))
+            job = self.store.mark_finished(self.by, message[1])
             log.info("job %s: %s (%s)", self.by.job_id, job.status.value if job else "claim lost", message[1]["status"])
             return job
         if message is not None and message[0] == "crash":
@@ -158,14 +161,14 @@ class _Supervisor:
         self.child.wait(1.0)
         error = self._death_reason()
         log.warning("job %s: %s", self.by.job_id, error)
-        return self.store.mark_failed(self.by, error, cancelled=self.stop_reason == "cancelled")
+        return self.store.mark_failed(self.by, error, cancelled=self.stop_reason is StopReason.CANCEL)
 
     def _death_reason(self) -> str:
         code = self.child.exitcode
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        if self.stop_reason == "cancelled":
+        if self.stop_reason is StopReason.CANCEL:
             return f"cancelled; the solver did not return a plan within {self.config.cancel_grace_s:g} s and was killed"
-        if self.stop_reason == "time limit":
+        if self.stop_reason is StopReason.DEADLINE:
             return f"the solver ran past its time limit of {self.job.spec.time_limit_s:g} s and was killed"
         return f"the solver process ended without a result ({how})"
 
@@ -179,16 +182,3 @@ def _exception_name(trace: str) -> str:
     last = trace.strip().splitlines()[-1] if trace.strip() else ""
     return last.partition(":")[0].strip() or "unknown"
 
-
-def ended_by(result: dict[str, Any], stop_reason: str | None) -> dict[str, Any]:
-    """The result as the job should record it: a solve stopped by the time-limit backstop (the same
-    signal as a cancel, but nobody cancelled) reads ``feasible`` when it has a plan, else ``timeout``.
-
-    >>> ended_by({"status": "cancelled", "plan": []}, "time limit")["status"]
-    'feasible'
-    >>> ended_by({"status": "cancelled", "plan": None}, "cancelled")["status"]
-    'cancelled'
-    """
-    if stop_reason != "time limit" or result.get("status") != "cancelled":
-        return result
-    return {**result, "status": "feasible" if result.get("plan") is not None else "timeout"}

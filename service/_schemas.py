@@ -81,6 +81,9 @@ class SolveRequest(_SolveOptions):
     budget_ratio: float | None = Field(None, gt=0, le=MAX_BUDGET_RATIO, allow_inf_nan=False,
                                        description="fraction of the checkpoint-all peak")
     strategy: str = Field("checkmate", min_length=1, max_length=100)
+    options: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, max_length=20,
+        description="the strategy's own options (GET /v1/strategies lists them); unknown ones are refused")
     wait_s: float | None = Field(None, ge=0, allow_inf_nan=False,
                                  description="seconds to wait for the result before answering 202")
 
@@ -156,6 +159,7 @@ class JobPublic(BaseModel):
     budget: int
     time_limit_s: float
     mip_gap: float
+    options: dict[str, Any] = Field(description="the strategy's own options the job was asked with")
     attempts: int
     cancel_requested: bool
     created_at: datetime
@@ -174,7 +178,7 @@ class JobPublic(BaseModel):
         return cls(
             id=job.id, status=job.status, graph_name=job.graph_name, graph_sha256=s.graph_sha256,
             strategy=s.strategy, backend=s.backend, budget=s.budget, time_limit_s=s.time_limit_s,
-            mip_gap=s.mip_gap, attempts=job.attempts, cancel_requested=job.cancel_requested,
+            mip_gap=s.mip_gap, options=dict(s.options), attempts=job.attempts, cancel_requested=job.cancel_requested,
             created_at=datetime.fromtimestamp(job.created_at, tz=UTC), started_at=_time(job.started_at),
             finished_at=_time(job.finished_at),
             progress=ProgressPublic(**job.progress) if job.progress else None, error=job.error,

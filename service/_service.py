@@ -52,8 +52,10 @@ class Service:
         strategy = get_strategy(request.strategy)
         strategy.check(graph)
         _check_backend(strategy, request.backend)
+        strategy.check_options(request.options)
         spec = SolveSpec(graph.sha256, resolve_budget(graph, budget=request.budget, budget_ratio=request.budget_ratio),
-                         request.strategy, request.backend, self._time_limit(request.time_limit_s), request.mip_gap)
+                         request.strategy, request.backend, self._time_limit(request.time_limit_s), request.mip_gap,
+                         request.options)
         return self._submit([spec], graph, token)[0]
 
     def wait_s(self, requested: float | None) -> float:

@@ -4,7 +4,16 @@ A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``; :func:`so
 place that turns an outcome into a simulated :class:`Result`.
 """
 
-from ._context import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Convergence, Outcome, Progress, SolveContext
+from ._context import (
+    DEFAULT_MIP_GAP,
+    DEFAULT_TIME_LIMIT_S,
+    Convergence,
+    Outcome,
+    Progress,
+    SolveContext,
+    Stop,
+    StopReason,
+)
 from ._max_batch import BatchTrial, MaxBatch, max_batch
 from ._registry import STRATEGIES, get_strategy
 from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
@@ -38,6 +47,8 @@ __all__ = [
     "Result",
     "ResultStatus",
     "SolveContext",
+    "Stop",
+    "StopReason",
     "Strategy",
     "StrategyKind",
     "SweepPlan",

@@ -1,8 +1,8 @@
 """What a strategy is given besides the graph and budget, and what it hands back.
 
 A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``. The context carries the
-user's limits (time, gap, threads, backend, strategy options), a stop flag that the job runner
-sets on cancel, and a progress sink. The outcome is the best schedule found plus what the
+user's limits (time, gap, threads, backend, strategy options), a :class:`Stop` that whoever
+stops the solve sets with its reason, and a progress sink. The outcome is the best schedule found plus what the
 strategy proved about it; :func:`remat.solvers.solve` turns it into a simulated result.
 """
 
@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from remat.schedules import Schedule
@@ -25,6 +26,8 @@ __all__ = [
     "Outcome",
     "Progress",
     "SolveContext",
+    "Stop",
+    "StopReason",
     "Throttle",
     "default_threads",
     "relative_gap",
@@ -93,25 +96,52 @@ class Convergence:
         return then - best <= self.tolerance * abs(best)
 
 
+class StopReason(StrEnum):
+    """Why a solve was stopped before its strategy ended; it decides the result's status."""
+
+    CANCEL = "cancel"
+    """Someone asked for it: the result is ``cancelled``."""
+    DEADLINE = "deadline"
+    """A supervisor's time-limit backstop: the result reads as a time-limited end (``feasible`` or ``timeout``)."""
+    CONVERGED = "converged"
+    """The best plan stopped improving (:class:`Convergence`): the result reads as an ordinary end."""
+
+
+class Stop(threading.Event):
+    """A solve's stop flag that carries why it was set; ``set()`` without a reason is a cancel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reason: StopReason | None = None
+        self._lock = threading.Lock()
+
+    def request(self, reason: StopReason) -> None:
+        """Stop for ``reason``; the first reason given is kept."""
+        with self._lock:
+            if self._reason is None:
+                self._reason = reason
+        self.set()
+
+    @property
+    def reason(self) -> StopReason | None:
+        """Why the flag was set (None while it is not)."""
+        return (self._reason or StopReason.CANCEL) if self.is_set() else None
+
+
 @dataclass
 class SolveContext:
-    """Limits and control handles for one solve.
-
-    ``stop_event`` is set by whoever stops the solve; ``stop_reason`` says why when the solve stopped
-    itself (``"converged"``): a set event without a reason is a cancel.
-    """
+    """Limits and control handles for one solve; ``stop_event`` is set, with its reason, to end it early."""
 
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     mip_gap: float = DEFAULT_MIP_GAP
     threads: int = field(default_factory=default_threads)
     backend: str = "auto"
     options: Mapping[str, Any] = field(default_factory=dict)
-    stop_event: threading.Event = field(default_factory=threading.Event)
+    stop_event: Stop = field(default_factory=Stop)
     on_progress: Callable[[Progress], None] | None = None
     started: float = field(default_factory=time.monotonic)
     log: list[str] = field(default_factory=list)
     convergence: Convergence | None = None
-    stop_reason: str | None = None
     trail: list[tuple[float, float]] = field(default_factory=list)
     """(elapsed seconds, cost) of every new best reported, in order."""
 
@@ -126,16 +156,14 @@ class SolveContext:
         """True once the solve was cancelled, converged or ran out of time."""
         return self.stop_event.is_set() or self.remaining_s() <= 0.0
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: StopReason) -> None:
         """Stop the solve, keeping its best plan, for ``reason`` (the first reason given is kept)."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        self.stop_event.set()
+        self.stop_event.request(reason)
 
     @property
-    def cancelled(self) -> bool:
-        """True when someone else stopped the solve (a stop without a reason of the solve's own)."""
-        return self.stop_event.is_set() and self.stop_reason is None
+    def stop_reason(self) -> StopReason | None:
+        """Why the solve was stopped (None while it runs on)."""
+        return self.stop_event.reason
 
     def converged(self) -> bool:
         """True when the context's convergence rule holds for the costs reported so far."""

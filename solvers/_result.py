@@ -33,12 +33,6 @@ class ResultStatus(StrEnum):
     ERROR = "error"
     """The solver failed; ``log`` says why."""
 
-    @property
-    def job_status(self) -> str:
-        """The status of the job that ended with this result: ``failed`` for an error, ``cancelled``
-        for a cancel, ``succeeded`` for every other end (the service's jobs and ``remat compare``)."""
-        return {ResultStatus.ERROR: "failed", ResultStatus.CANCELLED: "cancelled"}.get(self, "succeeded")
-
 
 FITTING_STATUSES = (ResultStatus.OPTIMAL, ResultStatus.FEASIBLE)
 """The statuses of a result whose plan fits the budget (compare wire strings with ``in``)."""

@@ -7,9 +7,9 @@ and peak are the simulator's, and a plan over budget is never reported as fittin
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from remat.schedules import (
@@ -28,12 +28,18 @@ from ._context import (
     Outcome,
     Progress,
     SolveContext,
+    Stop,
+    StopReason,
     default_threads,
 )
 from ._registry import get_strategy
 from ._result import Result, ResultStatus
+from ._watch import watching
 
 __all__ = ["solve"]
+
+CONVERGENCE_POLL_S = 0.1
+"""Seconds between two looks at whether a solve with a convergence rule has converged."""
 
 
 def solve(
@@ -48,13 +54,14 @@ def solve(
     threads: int | None = None,
     options: Mapping[str, Any] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
-    stop_event: threading.Event | None = None,
+    stop_event: Stop | None = None,
     convergence: Convergence | None = None,
 ) -> Result:
     """Find a plan for ``graph`` within ``budget`` bytes (or ``budget_ratio`` of checkpoint-all's peak).
 
     The solve runs until its strategy ends, it proves its plan optimal, ``stop_event`` is set (a
-    cancel), ``time_limit_s`` passes or, with a ``convergence`` rule, its best plan stops improving.
+    cancel, or :meth:`Stop.request` with another reason), ``time_limit_s`` passes or, with a
+    ``convergence`` rule, its best plan stops improving.
 
     Raises InvalidRequest, UnknownStrategy or StrategyNotApplicable for requests that cannot run;
     everything that happens once the strategy runs is reported in the Result's status.
@@ -75,7 +82,7 @@ def solve(
         threads=threads or default_threads(),
         backend=backend or "auto",
         options=dict(options or {}),
-        stop_event=stop_event or threading.Event(),
+        stop_event=stop_event or Stop(),
         on_progress=on_progress,
         started=started,
         convergence=convergence,
@@ -99,14 +106,14 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     log = [*ctx.log, *outcome.log]
     result = Result(graph, strategy, outcome.backend, ResultStatus.TIMEOUT, budget, 0.0,
                     fallback=outcome.fallback, log=log)
-    cancelled = ctx.cancelled
-    if ctx.stop_reason == "converged" and ctx.convergence is not None:
+    reason = ctx.stop_reason
+    if reason is StopReason.CONVERGED and ctx.convergence is not None:
         log.append(f"stopped when converged: the best plan improved by less than {ctx.convergence.tolerance:.2%} "
                    f"in {ctx.convergence.window_s:g} s")
     if outcome.infeasible:
         result.status = ResultStatus.INFEASIBLE
     elif outcome.schedule is None:
-        result.status = ResultStatus.CANCELLED if cancelled else ResultStatus.TIMEOUT
+        result.status = ResultStatus.CANCELLED if reason is StopReason.CANCEL else ResultStatus.TIMEOUT
         result.lower_bound = outcome.lower_bound
     else:
         result.schedule = outcome.schedule
@@ -118,8 +125,10 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
             result.status = ResultStatus.OVER_BUDGET
             if outcome.optimal:
                 log.append("the strategy claimed optimality but its plan simulates over budget")
-        elif cancelled:
+        elif reason is StopReason.CANCEL:
             result.status = ResultStatus.CANCELLED
+        elif reason is StopReason.DEADLINE:  # like a cancel, a stop by the backstop outranks a proof
+            result.status = ResultStatus.FEASIBLE
         elif outcome.optimal:
             result.status = ResultStatus.OPTIMAL
             result.lower_bound = result.simulation.cost if outcome.lower_bound is None else result.lower_bound
@@ -129,23 +138,9 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     return result
 
 
-@contextlib.contextmanager
-def _watching_convergence(ctx: SolveContext, every_s: float = 0.1) -> Iterator[None]:
+def _watching_convergence(ctx: SolveContext) -> AbstractContextManager[None]:
     """While the block runs, stop the solve (reason ``converged``) once the context's rule holds."""
     if ctx.convergence is None:
-        yield
-        return
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(every_s) and not ctx.stop_event.is_set():
-            if ctx.converged():
-                ctx.stop("converged")
-
-    watcher = threading.Thread(target=watch, name="remat-convergence", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
+        return contextlib.nullcontext()
+    return watching(lambda: not ctx.stop_event.is_set() and ctx.converged(), lambda: ctx.stop(StopReason.CONVERGED),
+                    every_s=CONVERGENCE_POLL_S, name="remat-convergence")

@@ -1,7 +1,8 @@
 """The packages' import graph: no cycle among remat's modules, and every import along the layers.
 
-``schedules`` <- ``solvers`` <- ``service`` <- ``clients``: a package imports only the ones to its left
-(``clients`` may import all three), and only ``clients/torch`` imports torch. Imports are read with
+``schedules`` <- ``solvers`` <- ``report`` <- ``service`` <- ``clients``: a package imports only the ones
+to its left (``clients`` may import all four), and only ``clients/torch`` imports torch; ``remat compare``
+loads no web framework. Imports are read with
 :mod:`ast` from the sources, those inside functions included: an import deferred into a function
 to get round a cycle is still a cycle.
 """
@@ -9,6 +10,8 @@ to get round a cycle is still a cycle.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("schedules", "solvers", "service", "clients")
+LAYERS = ("schedules", "solvers", "report", "service", "clients")
 """remat's packages, lowest first: each may import those before it."""
 
 
@@ -104,3 +107,9 @@ def test_imports_follow_the_layers(name: str) -> None:
         assert theirs is None or theirs <= mine, f"{name} imports {target}, a layer above it"
         if target.split(".")[0] == "torch":
             assert name.startswith("remat.clients.torch"), f"{name} imports torch outside remat.clients.torch"
+
+
+def test_compare_loads_no_web_framework() -> None:
+    probe = "import sys, remat.clients._compare; print(sorted({'fastapi', 'rq'} & sys.modules.keys()))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

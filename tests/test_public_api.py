@@ -6,7 +6,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["remat.schedules", "remat.solvers", "remat.service"]
+PACKAGES = ["remat.schedules", "remat.solvers", "remat.report", "remat.service"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

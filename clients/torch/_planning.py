@@ -35,7 +35,7 @@ from ._progress import ProgressLine
 __all__ = ["SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio", "check_result",
            "computing_random_ops_once"]
 
-SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap")
+SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap", "options")
 """Solver options a remat service takes with a request."""
 
 MIN_FLOOR_STRATEGY = "checkpoint-last"

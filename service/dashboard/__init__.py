@@ -1,67 +1,9 @@
-"""remat.service.dashboard: the pages under ``/dashboard`` and the offline sweep report.
+"""remat.service.dashboard: what the pages under ``/dashboard`` show, loaded from the job store.
 
-The data behind every chart is computed here in plain Python (:mod:`._sweep_view`: each strategy's
-overhead-against-budget step curve and the result grid; :mod:`._job_view`: R/S heat maps, memory over
-the plan, plan statistics), rendered with Jinja2 (:mod:`._render`) and drawn in the browser by the
-vendored Plotly bundle (:mod:`._assets`). The router lives in :mod:`remat.service.routes.dashboard`.
+The pages themselves are rendered by :mod:`remat.report`; the router lives in
+:mod:`remat.service.routes.dashboard`.
 """
 
-from ._assets import ASSETS, PLOTLY_VERSION, Asset
-from ._job_view import MAX_SIDE, MAX_STEPS, Blocks, PlanStats, job_figures, memory_envelope, plan_stats, run_blocks
 from ._load import JobView, load_job, load_recent, load_sweep
-from ._render import (
-    job_update,
-    render_index,
-    render_job,
-    render_login,
-    render_report,
-    render_root,
-    render_sweep,
-    sweep_update,
-)
-from ._sweep_view import (
-    SweepCell,
-    SweepView,
-    TableCell,
-    TableRow,
-    byte_unit,
-    step_curve,
-    strategy_color,
-    sweep_figure,
-    sweep_table,
-)
 
-__all__ = [
-    "ASSETS",
-    "MAX_SIDE",
-    "MAX_STEPS",
-    "PLOTLY_VERSION",
-    "Asset",
-    "Blocks",
-    "JobView",
-    "PlanStats",
-    "SweepCell",
-    "SweepView",
-    "TableCell",
-    "TableRow",
-    "byte_unit",
-    "job_figures",
-    "job_update",
-    "load_job",
-    "load_recent",
-    "load_sweep",
-    "memory_envelope",
-    "plan_stats",
-    "render_index",
-    "render_job",
-    "render_login",
-    "render_report",
-    "render_root",
-    "render_sweep",
-    "run_blocks",
-    "step_curve",
-    "strategy_color",
-    "sweep_figure",
-    "sweep_table",
-    "sweep_update",
-]
+__all__ = ["JobView", "load_job", "load_recent", "load_sweep"]

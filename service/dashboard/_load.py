@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from remat.report import PlanStats, SweepCell, SweepView, job_figures
 from remat.schedules import Graph
 
 from .._errors import JobNotFound
@@ -21,8 +22,6 @@ from .._jobs import Job, JobStatus
 from .._schemas import JobPublic, SweepSummary
 from .._service import Service
 from .._sweeps import Sweep
-from ._job_view import PlanStats, job_figures
-from ._sweep_view import SweepCell, SweepView
 
 __all__ = ["JobView", "load_job", "load_recent", "load_sweep"]
 
@@ -92,11 +91,12 @@ def load_sweep(service: Service, sweep: Sweep) -> SweepView:
     low, high = _bounds(service, sweep.graph_sha256)
     cells = tuple(SweepCell(p.strategy, p.budget, jobs[p.job_id].status.value, summaries.get(p.job_id), p.job_id)
                   for p in sweep.points if p.job_id in jobs)
+    status = sweep.status(j.status for j in jobs.values())
     return SweepView(
         graph_name=sweep.graph_name, min_feasible_budget=low, checkpoint_all_peak=high,
         strategies=tuple(dict.fromkeys(p.strategy for p in sweep.points)),
         budgets=tuple(sorted({p.budget for p in sweep.points})), cells=cells, natural=dict(sweep.natural),
-        status=sweep.status(j.status for j in jobs.values()).value)
+        status=status.value, done=status.terminal)
 
 
 def load_recent(service: Service, token: str | None, *, sweeps: int, jobs: int) -> dict[str, Any]:

@@ -23,16 +23,9 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from .._deps import IdPath, ServiceDep
-from .._errors import Unauthorized
-from .._jobs import remat_version
-from .._schemas import JobPublic
-from ..dashboard import (
+from remat.report import (
     ASSETS,
     job_update,
-    load_job,
-    load_recent,
-    load_sweep,
     render_index,
     render_job,
     render_login,
@@ -40,6 +33,12 @@ from ..dashboard import (
     render_sweep,
     sweep_update,
 )
+
+from .._deps import IdPath, ServiceDep
+from .._errors import Unauthorized
+from .._jobs import remat_version
+from .._schemas import JobPublic
+from ..dashboard import load_job, load_recent, load_sweep
 
 COOKIE = "remat_token"
 """The cookie that carries a browser's bearer token to the pages."""

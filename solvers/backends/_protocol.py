@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 
+from .._watch import watching
+
 __all__ = ["BackendResult", "EngineStatus", "Limits", "ProgressCallback", "SolverProgress", "on_stop"]
+
+STOP_POLL_S = 0.05
+"""Seconds between two looks at a run's stop flag while an engine runs."""
 
 
 class EngineStatus(StrEnum):
@@ -89,21 +94,6 @@ class BackendResult:
     log: list[str] = field(default_factory=list)
 
 
-@contextmanager
-def on_stop(limits: Limits, action: Callable[[], None]) -> Iterator[None]:
+def on_stop(limits: Limits, action: Callable[[], None]) -> AbstractContextManager[None]:
     """While the block runs, call ``action`` (an engine's own interrupt) once ``limits.stop`` is set."""
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            if limits.stop.wait(0.05):
-                action()
-                return
-
-    watcher = threading.Thread(target=watch, name="remat-stop-watch", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
+    return watching(limits.stop.is_set, action, every_s=STOP_POLL_S, name="remat-stop-watch")

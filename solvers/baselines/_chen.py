@@ -23,7 +23,7 @@ from remat.schedules import Graph
 
 from .._context import Outcome, SolveContext
 from ._articulation import articulation_points
-from ._knob import search_knob, whole_number
+from ._knob import search_knob, whole_option
 from ._segments import segment_schedule
 
 __all__ = [
@@ -124,7 +124,7 @@ def _greedy(graph: Graph, budget: int, ctx: SolveContext, candidates: Sequence[i
         values=segment_budgets(graph, candidates),
         build=lambda b: segment_schedule(graph, checkpoints(b)),
         key=checkpoints,
-        parse=whole_number(SEGMENT_BUDGET),
+        parse=whole_option(SEGMENT_BUDGET),
     )
 
 

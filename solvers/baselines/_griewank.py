@@ -25,7 +25,7 @@ from math import comb
 from remat.schedules import Graph, Schedule, recompute_closure
 
 from .._context import Outcome, SolveContext
-from ._knob import search_knob, whole_number
+from ._knob import search_knob, whole_option
 from ._segments import Interval, retention_matrix
 
 __all__ = ["SNAPSHOTS", "binomial_steps", "delivery_steps", "griewank", "revolve_schedule"]
@@ -100,7 +100,7 @@ def griewank(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
         knob=SNAPSHOTS,
         values=range(max(n, 1)),
         build=lambda s: revolve_schedule(graph, s),
-        parse=whole_number(SNAPSHOTS),
+        parse=whole_option(SNAPSHOTS),
     )
 
 

@@ -11,11 +11,11 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import Graph, InvalidRequest, Schedule, simulate_schedule
+from remat.schedules import Graph, Schedule, simulate_schedule, whole_number
 
 from .._context import Outcome, SolveContext
 
-__all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob", "whole_number"]
+__all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob", "whole_option"]
 
 EXHAUSTIVE_LIMIT = 24
 """Up to this many distinct candidates are all simulated; beyond it the search samples and zooms."""
@@ -100,15 +100,10 @@ def search_knob(
     return Outcome(chosen.schedule)
 
 
-def whole_number(knob: str) -> Callable[[Any], int]:
+def whole_option(knob: str) -> Callable[[Any], int]:
     """A parser for a knob given in ``options``: a whole number >= 0."""
 
-    def parse(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidRequest(f"Option {knob!r} must be a whole number >= 0, got {value!r}.", field=knob)
-        return value
-
-    return parse
+    return lambda value: whole_number(value, what=f"Option {knob!r}", field="options")
 
 
 def _distinct(values: Sequence[KnobValue], key: Callable[[KnobValue], Hashable] | None) -> list[KnobValue]:

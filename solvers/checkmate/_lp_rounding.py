@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from remat.schedules import Graph, InvalidRequest, Schedule, Simulation, recompute_closure, simulate_schedule
+from remat.schedules import (
+    Graph,
+    Schedule,
+    Simulation,
+    recompute_closure,
+    simulate_schedule,
+    whole_number,
+)
 
 from .._context import Outcome, SolveContext
 from ..backends import BackendResult, EngineStatus, choose_backend, run_backend
@@ -130,8 +137,5 @@ def _best_rounding(graph: Graph, budget: int, fractional: np.ndarray, rounds: in
 
 def _read_options(options: Mapping[str, Any]) -> tuple[int, int]:
     """Rounds and seed, from the options (:data:`OPTIONS`; solve() rejects others)."""
-    rounds, seed = options.get("rounds", DEFAULT_ROUNDS), options.get("seed", 0)
-    for name, value in (("rounds", rounds), ("seed", seed)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidRequest(f"Option {name!r} must be a whole number >= 0, got {value!r}.", field="options")
-    return rounds, seed
+    return (whole_number(options.get("rounds", DEFAULT_ROUNDS), what="Option 'rounds'", field="options"),
+            whole_number(options.get("seed", 0), what="Option 'seed'", field="options"))

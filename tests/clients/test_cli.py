@@ -58,8 +58,18 @@ def test_solve_writes_the_compact_schedule_or_the_full_one(capsys: pytest.Captur
     assert compact_doc["plan"] == full_doc["plan"]
 
 
+def test_solve_passes_strategy_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "solve", VGG16, "--budget-ratio", "1", "--strategy", "checkmate", "--json",
+                         "--option", "path=milp", "--option", "warm_start=false", "--time-limit", "30")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "optimal"
+    code, _, err = run(capsys, "solve", VGG16, "--budget-ratio", "1", "--strategy", "griewank", "--option", "seed=1")
+    assert code == 2 and "Unknown option 'seed' for griewank; the options are: snapshots." in err
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["solve", VGG16, "--budget", "1e400"], "A size must be at most"),
+    (["solve", VGG16, "--budget-ratio", "1", "--option", "snapshots"], "expected KEY=VALUE, got 'snapshots'"),
     (["solve", VGG16, "--budget-ratio", "1e308"], "'budget_ratio' must be a number in"),
     (["compare", VGG16, "--points", "1"], "A sweep needs at least 2 points"),
     (["compare", VGG16, "--points", "4", "--time-limit", "0"], "'time_limit_s' must be > 0"),

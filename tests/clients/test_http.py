@@ -37,6 +37,18 @@ def test_solve_submit_wait_and_events(server_url: str):
         assert client.jobs(status="succeeded")[0]["id"] in (job["id"], fresh["id"])
 
 
+def test_a_solve_carries_the_strategys_options(server_url: str):
+    graph = chain(25)
+    with Client(server_url) as client:
+        job = client.submit(graph, budget_ratio=0.5, strategy="griewank", options={"snapshots": 2})
+        assert client.wait(job["id"], timeout_s=60)["options"] == {"snapshots": 2}
+        result = client.solve(graph, budget_ratio=0.5, strategy="griewank", options={"snapshots": 2})
+        assert result == client.job(job["id"])["result"]
+        with pytest.raises(ServiceError, match="'snapshot'") as refused:
+            client.solve(graph, budget_ratio=0.5, strategy="griewank", options={"snapshot": 2})
+        assert refused.value.status == 422
+
+
 def test_sweeps(server_url: str):
     graph = chain(5)
     budgets = [graph.min_feasible_budget, graph.checkpoint_all_peak]

@@ -15,7 +15,7 @@ from exhaustive import SMALL_DAG, STAGE_INFEASIBLE, stage_optima
 from factories import FCN8_AT_08_OPTIMUM, benchmark_graph, chain
 
 from remat.schedules import BackendUnavailable, InvalidRequest, UnknownStrategy
-from remat.solvers import ResultStatus, available_backends, solve
+from remat.solvers import ResultStatus, Stop, available_backends, solve
 from remat.solvers.backends import BACKENDS, Limits, choose_backend, get_backend, run_backend
 from remat.solvers.checkmate import build_checkmate_model
 
@@ -91,7 +91,7 @@ class HardInstanceConformance(BackendConformance):
 
     def test_cancel_mid_solve_returns_the_best_plan_so_far_within_seconds(self) -> None:
         g = benchmark_graph("rl100")
-        stop = threading.Event()
+        stop = Stop()
         timer = threading.Timer(4.0, stop.set)
         timer.start()
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 
 import pytest
 from exhaustive import STAGE_FORM_GAP, plan_optimum, stage_optima
@@ -11,7 +10,7 @@ from factories import benchmark_graph, chain, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, InvalidRequest
-from remat.solvers import Progress, ResultStatus, SolveContext, solve
+from remat.solvers import Progress, ResultStatus, SolveContext, Stop, solve
 from remat.solvers.checkmate import PATHS, solve_milp
 
 
@@ -100,7 +99,7 @@ def test_the_milp_path_fits_every_graph_and_comes_last() -> None:
 
 
 def test_a_milp_path_that_is_already_stopped_gives_up_before_the_engine_starts() -> None:
-    stopped = threading.Event()
+    stopped = Stop()
     stopped.set()
     g = benchmark_graph("fcn8")
     outcome = solve_milp(g, g.checkpoint_all_peak, SolveContext(stop_event=stopped), None)

@@ -7,7 +7,7 @@ import time
 
 from factories import benchmark_graph
 
-from remat.solvers import Convergence, ResultStatus, solve
+from remat.solvers import Convergence, ResultStatus, Stop, solve
 
 
 def test_the_rule_looks_at_the_improvement_over_its_window() -> None:
@@ -31,7 +31,7 @@ def test_a_converged_solve_stops_early_and_is_not_a_cancel() -> None:
 
 def test_a_cancel_during_a_converging_solve_is_still_a_cancel() -> None:
     graph = benchmark_graph("rl500")
-    stop = threading.Event()
+    stop = Stop()
     threading.Timer(1.5, stop.set).start()
     result = solve(graph, budget_ratio=0.8, time_limit_s=60, stop_event=stop,
                    convergence=Convergence(window_s=30.0, tolerance=0.0))

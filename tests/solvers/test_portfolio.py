@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from processes import helper_messages
 
 from remat.schedules import Graph, resolve_budget
-from remat.solvers import Progress, ResultStatus, SolveContext, solve
+from remat.solvers import Progress, ResultStatus, SolveContext, Stop, solve
 from remat.solvers.baselines import best_baseline
 from remat.solvers.checkmate import MILP_NODES, PATHS
 from remat.solvers.checkmate._anneal import _Helper, _Pool
@@ -126,7 +126,7 @@ def children() -> set[int]:
 def test_cancel_keeps_the_best_plan_and_leaves_no_helper_behind() -> None:
     g = benchmark_graph("rl500")
     before = children()
-    stop = threading.Event()
+    stop = Stop()
     threading.Timer(3.0, stop.set).start()
     result = solve(g, budget_ratio=0.8, strategy="checkmate", time_limit_s=600, threads=3, stop_event=stop)
     assert result.status is ResultStatus.CANCELLED

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from processes import wait_until
 from pydantic import SecretStr
 
+from remat.report import ASSETS, PLOTLY_VERSION
 from remat.service import Settings, create_app
-from remat.service.dashboard import ASSETS, PLOTLY_VERSION
 
 STRATEGIES = ["checkpoint-all", "checkpoint-last", "chen-sqrtn"]
 TOKEN = "dashboard-test-token-0123456789"
@@ -104,7 +104,7 @@ def test_assets_are_served_with_their_digest(client: TestClient):
 
 
 def test_inlined_text_cannot_close_its_element(tmp_path: Path):
-    from remat.service.dashboard import Asset
+    from remat.report import Asset
 
     path = tmp_path / "x.js"
     path.write_text('var s = "</script><script>alert(1)</SCRIPT>";')

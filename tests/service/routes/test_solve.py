@@ -9,6 +9,7 @@ from factories import benchmark_graph, chain, graph_doc
 from fastapi.testclient import TestClient
 
 from remat.schedules import Graph, Plan, simulate
+from remat.solvers import solve
 
 
 def _request(graph: Graph | dict, **extra) -> dict:
@@ -49,6 +50,26 @@ def test_without_waiting_the_answer_is_202_with_the_job(client: TestClient):
     job = r.json()
     assert r.headers["Location"] == f"/v1/jobs/{job['id']}" and job["status"] in ("queued", "running", "succeeded")
     assert job["links"]["cancel"] == f"/v1/jobs/{job['id']}/cancel"
+
+
+def test_options_reach_the_strategy_and_are_part_of_the_jobs_key(client: TestClient):
+    graph = benchmark_graph("vgg16")
+    pinned = {"segment_budget": graph.checkpoint_all_peak // 4}  # a worse plan than the search finds
+    plain = client.post("/v1/solve", json=_request(graph, strategy="chen-greedy"))
+    first = client.post("/v1/solve", json=_request(graph, strategy="chen-greedy", options=pinned))
+    again = client.post("/v1/solve", json=_request(graph, strategy="chen-greedy", options=pinned))
+    assert plain.status_code == first.status_code == again.status_code == 200, first.text
+    assert first.headers["Content-Location"] == again.headers["Content-Location"] != plain.headers["Content-Location"]
+    job = client.get(first.headers["Content-Location"]).json()
+    assert job["options"] == pinned and client.get(plain.headers["Content-Location"]).json()["options"] == {}
+    local = solve(graph, budget_ratio=1.0, strategy="chen-greedy", options=pinned).to_json()
+    assert first.json()["plan"] == local["plan"] != plain.json()["plan"]
+
+
+def test_an_unknown_option_is_a_422_naming_it(client: TestClient):
+    r = client.post("/v1/solve", json=_request(chain(3), strategy="checkmate", options={"path": "milp", "rouns": 2}))
+    assert r.status_code == 422 and r.json()["field"] == "options"
+    assert "'rouns'" in r.json()["detail"] and "path, warm_start" in r.json()["detail"]
 
 
 def _nodes(changes: dict | None = None) -> list[dict]:
@@ -118,6 +139,8 @@ BAD_REQUESTS = {
     "gap of one": ({"mip_gap": 1}, 422, "mip_gap"),
     "unknown field": ({"budget_ration": 0.5}, 422, "budget_ration"),
     "graph missing": ({"graph": None}, 422, "graph"),
+    "unknown option": ({"strategy": "chen-greedy", "options": {"rounds": 3}}, 422, "options"),
+    "option of a list": ({"strategy": "chen-greedy", "options": {"segment_budget": [1]}}, 422, None),
 }
 
 

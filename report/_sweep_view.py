@@ -11,18 +11,16 @@ does; the table shows every cell as it was asked.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from remat.schedules import format_size
+from remat.schedules import byte_unit, format_size
 from remat.solvers import STRATEGIES
 
-from .._jobs import JobStatus
-from .._sweeps import status_counts
-
-__all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "byte_unit", "step_curve", "strategy_color",
+__all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "step_curve", "strategy_color",
            "sweep_figure", "sweep_table"]
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -38,18 +36,6 @@ def strategy_color(name: str) -> str:
     order = list(STRATEGIES)
     index = order.index(name) if name in order else len(order) + sum(map(ord, name))
     return PALETTE[index % len(PALETTE)]
-
-
-def byte_unit(largest: float) -> tuple[str, int]:
-    """The binary unit an axis reaching ``largest`` bytes reads best in, and its size in bytes.
-
-    >>> byte_unit(3 * 2**30), byte_unit(512)
-    (('GiB', 1073741824), ('B', 1))
-    """
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if largest >= scale:
-            return unit, scale
-    return "B", 1
 
 
 @dataclass(frozen=True)
@@ -96,19 +82,18 @@ class SweepView:
     natural: Mapping[str, int] = field(default_factory=dict)
     """Each heuristic's own peak when unconstrained (a budget the sweep added for it)."""
     status: str = "succeeded"
+    """The sweep's status, a job status."""
+    done: bool = True
+    """The sweep has ended: no cell will change any more."""
 
     @cached_property
     def grid(self) -> dict[tuple[str, int], SweepCell]:
         return {(c.strategy, c.budget): c for c in self.cells}
 
     @property
-    def counts(self) -> dict[str, int]:
-        """How many cells' jobs are in each status."""
-        return status_counts(c.status for c in self.cells)
-
-    @property
-    def done(self) -> bool:
-        return JobStatus(self.status).terminal
+    def counts(self) -> Counter[str]:
+        """How many cells' jobs are in each status (0 for a status no cell is in)."""
+        return Counter(c.status for c in self.cells)
 
 
 def step_curve(points: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:

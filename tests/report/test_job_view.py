@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from remat.report import MAX_STEPS, job_figures, memory_envelope, plan_stats, run_blocks
 from remat.schedules import layout_plan, simulate
-from remat.service.dashboard import MAX_STEPS, job_figures, memory_envelope, plan_stats, run_blocks
 from remat.solvers import solve
 
 

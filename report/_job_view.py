@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from remat.schedules import Graph, Plan, ScheduleEntries, Simulation, format_size, layout_plan, simulate
+from remat.schedules import Graph, Plan, ScheduleEntries, Simulation, byte_unit, format_size, layout_plan, simulate
 
-from ._sweep_view import byte_unit, strategy_color
+from ._sweep_view import strategy_color
 
 __all__ = ["MAX_SIDE", "MAX_STEPS", "Blocks", "PlanStats", "job_figures", "memory_envelope", "plan_stats", "run_blocks"]
 

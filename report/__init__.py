@@ -1,0 +1,61 @@
+"""remat.report: sweeps and plans as charts, tables and HTML pages, with no web framework.
+
+The data behind every chart is computed here in plain Python (:mod:`._sweep_view`: each strategy's
+overhead-against-budget step curve and the result grid; :mod:`._job_view`: R/S heat maps, memory over
+the plan, plan statistics), rendered with Jinja2 (:mod:`._render`) and drawn in the browser by the
+vendored Plotly bundle (:mod:`._assets`). The service's dashboard (:mod:`remat.service.dashboard`)
+serves these pages live; ``remat compare`` prints the table and writes the offline report.
+"""
+
+from ._assets import ASSETS, PLOTLY_VERSION, Asset
+from ._job_view import MAX_SIDE, MAX_STEPS, Blocks, PlanStats, job_figures, memory_envelope, plan_stats, run_blocks
+from ._render import (
+    job_update,
+    render_index,
+    render_job,
+    render_login,
+    render_report,
+    render_root,
+    render_sweep,
+    sweep_update,
+)
+from ._sweep_view import (
+    SweepCell,
+    SweepView,
+    TableCell,
+    TableRow,
+    step_curve,
+    strategy_color,
+    sweep_figure,
+    sweep_table,
+)
+
+__all__ = [
+    "ASSETS",
+    "MAX_SIDE",
+    "MAX_STEPS",
+    "PLOTLY_VERSION",
+    "Asset",
+    "Blocks",
+    "PlanStats",
+    "SweepCell",
+    "SweepView",
+    "TableCell",
+    "TableRow",
+    "job_figures",
+    "job_update",
+    "memory_envelope",
+    "plan_stats",
+    "render_index",
+    "render_job",
+    "render_login",
+    "render_report",
+    "render_root",
+    "render_sweep",
+    "run_blocks",
+    "step_curve",
+    "strategy_color",
+    "sweep_figure",
+    "sweep_table",
+    "sweep_update",
+]
