@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -94,7 +95,6 @@ class Graph:
     @classmethod
     def from_json(cls, doc: Any, *, limits: GraphLimits | None = None) -> Graph:
         """Read and validate a remat.graph/v1 document (already parsed from JSON)."""
-        limits = limits or GraphLimits()
         if not isinstance(doc, Mapping):
             raise InvalidGraph("The graph must be a JSON object.")
         if doc.get("format") != GRAPH_FORMAT:
@@ -104,19 +104,11 @@ class Graph:
         raw_nodes = doc.get("nodes")
         if not isinstance(raw_nodes, list):
             raise InvalidGraph("Field 'nodes' must be a list of node objects.", field="nodes")
-        if not raw_nodes:
-            raise InvalidGraph("The graph is empty: 'nodes' must hold at least one node.", field="nodes")
-        if len(raw_nodes) > limits.max_nodes:
-            raise InvalidGraph(
-                f"The graph has {len(raw_nodes)} nodes; the limit is {limits.max_nodes}.", field="nodes"
-            )
-        fixed = _non_negative_int(doc.get("fixed_memory", 0), node=None, field="fixed_memory")
-        nodes = _read_nodes(raw_nodes, limits)
         return cls(
-            nodes,
-            name=_optional_str(doc.get("name", ""), "name"),
-            fixed_memory=fixed,
-            cost_unit=_optional_str(doc.get("cost_unit", ""), "cost_unit"),
+            _read_nodes(raw_nodes),
+            name=doc.get("name", ""),
+            fixed_memory=_json_whole(doc.get("fixed_memory", 0)),
+            cost_unit=doc.get("cost_unit", ""),
             limits=limits,
         )
 
@@ -271,75 +263,132 @@ class Graph:
 
 
 # -- validation -----------------------------------------------------------------------------------
+#
+# The reader turns JSON into Nodes and checks only what JSON alone can get wrong: the shapes (an object,
+# a list, a list of strings) and dep ids that name no node. Every other rule is checked once, by the
+# constructor, for graphs read from JSON and built in Python alike.
 
 
-def _read_nodes(raw_nodes: list[Any], limits: GraphLimits) -> list[Node]:
-    """Turn node objects into Nodes, checking every field; deps must name earlier nodes."""
-    position: dict[str, int] = {}
+def _read_nodes(raw_nodes: list[Any]) -> list[Node]:
+    """Turn node objects into Nodes, dep ids into indices; the values are checked by the constructor."""
     for i, raw in enumerate(raw_nodes):
         if not isinstance(raw, Mapping):
             raise InvalidGraph(f"Node #{i} must be a JSON object.", field="nodes")
-        node_id = raw.get("id")
+    position = _positions([raw.get("id") for raw in raw_nodes])
+    return [
+        Node(
+            id=raw["id"],
+            deps=_read_deps(raw, position),
+            cost=_json_float(raw.get("cost")),
+            memory=_json_whole(raw.get("memory")),
+            kind=raw.get("kind", "forward"),
+            meta={k: v for k, v in raw.items() if k not in _NODE_FIELDS},
+        )
+        for raw in raw_nodes
+    ]
+
+
+def _read_deps(raw: Mapping[str, Any], position: dict[str, int]) -> tuple[int, ...]:
+    node_id = raw["id"]
+    deps = raw.get("deps", [])
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise InvalidGraph(f"Node {node_id!r}: field 'deps' must be a list of node ids.", node=node_id, field="deps")
+    for d in deps:
+        if d not in position:
+            raise InvalidGraph(f"Node {node_id!r}: dep {d!r} is not a node of the graph.", node=node_id, field="deps")
+    return tuple(dict.fromkeys(position[d] for d in deps))  # repeated deps once each, in order
+
+
+def _json_float(value: Any) -> Any:
+    """A JSON number as a float; anything else (an integer beyond any float too) as it is, for the check."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return value
+    return value
+
+
+def _json_whole(value: Any) -> Any:
+    """A whole number written as ``400.0`` as the int 400; anything else as it is, for the check."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _check_graph(graph: Graph, limits: GraphLimits) -> None:
+    """Every rule of remat.graph/v1, in the order the documentation lists them."""
+    if not graph.nodes:
+        raise InvalidGraph("The graph is empty: 'nodes' must hold at least one node.", field="nodes")
+    if graph.size > limits.max_nodes:
+        raise InvalidGraph(f"The graph has {graph.size} nodes; the limit is {limits.max_nodes}.", field="nodes")
+    for name in ("name", "cost_unit"):
+        if not isinstance(getattr(graph, name), str):
+            raise InvalidGraph(f"Field {name!r} must be a string, got {getattr(graph, name)!r}.", field=name)
+    _check_bytes(graph.fixed_memory, node=None, field="fixed_memory")
+    if graph.fixed_memory > MAX_TOTAL_BYTES:
+        raise InvalidGraph(f"Field 'fixed_memory' must be in [0, {MAX_TOTAL_BYTES}] bytes.", field="fixed_memory")
+    if graph.edge_count > limits.max_edges:
+        raise InvalidGraph(f"The graph has {graph.edge_count} edges; the limit is {limits.max_edges}.", field="deps")
+    _positions([n.id for n in graph.nodes])
+    total = int(graph.fixed_memory)
+    total_cost = 0.0
+    for v, node in enumerate(graph.nodes):
+        _check_deps(graph, v)
+        if node.kind not in _KINDS:
+            raise InvalidGraph(f"Node {node.id!r}: field 'kind' must be 'forward' or 'backward', got {node.kind!r}.",
+                               node=node.id, field="kind")
+        total_cost += _check_cost(node)
+        _check_bytes(node.memory, node=node.id, field="memory")
+        total += int(node.memory)
+        if total > MAX_TOTAL_BYTES:
+            raise InvalidGraph(f"Node {node.id!r}: its memory brings the graph's total (fixed memory plus every "
+                               f"output) above {MAX_TOTAL_BYTES} bytes, more than memory sizes can count.",
+                               node=node.id, field="memory")
+        if total_cost > MAX_TOTAL_COST:
+            raise InvalidGraph(f"Node {node.id!r}: its cost brings the graph's total cost above {MAX_TOTAL_COST:g}, "
+                               "beyond what plan costs can add up to.", node=node.id, field="cost")
+
+
+def _positions(ids: Sequence[Any]) -> dict[str, int]:
+    """Node id to index; every id a non-empty string, none twice."""
+    position: dict[str, int] = {}
+    for i, node_id in enumerate(ids):
         if not isinstance(node_id, str) or not node_id:
             raise InvalidGraph(f"Node #{i}: field 'id' must be a non-empty string.", field="id")
         if node_id in position:
             raise InvalidGraph(f"Node {node_id!r}: duplicate id (also node #{position[node_id]}).",
                                node=node_id, field="id")
         position[node_id] = i
-    nodes: list[Node] = []
-    edges = 0
-    for i, raw in enumerate(raw_nodes):
-        node_id = raw["id"]
-        deps = _read_deps(raw, i, position, raw_nodes)
-        edges += len(deps)
-        if edges > limits.max_edges:
-            raise InvalidGraph(f"The graph has more than {limits.max_edges} edges, the limit.", field="deps")
-        kind = raw.get("kind", "forward")
-        if kind not in _KINDS:
-            raise InvalidGraph(f"Node {node_id!r}: field 'kind' must be 'forward' or 'backward', got {kind!r}.",
-                               node=node_id, field="kind")
-        nodes.append(Node(
-            id=node_id,
-            deps=deps,
-            cost=_cost(raw.get("cost"), node_id),
-            memory=_non_negative_int(raw.get("memory"), node=node_id, field="memory"),
-            kind=kind,
-            meta={k: v for k, v in raw.items() if k not in _NODE_FIELDS},
-        ))
-    return nodes
+    return position
 
 
-def _read_deps(raw: Mapping[str, Any], i: int, position: dict[str, int], raw_nodes: list[Any]) -> tuple[int, ...]:
-    node_id = raw["id"]
-    deps = raw.get("deps", [])
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise InvalidGraph(f"Node {node_id!r}: field 'deps' must be a list of node ids.", node=node_id, field="deps")
-    out: list[int] = []
-    for d in deps:
-        if d not in position:
-            raise InvalidGraph(f"Node {node_id!r}: dep {d!r} is not a node of the graph.", node=node_id, field="deps")
-        j = position[d]
-        if j == i:
-            raise InvalidGraph(f"Node {node_id!r}: it lists itself as a dep (a cycle).", node=node_id, field="deps")
-        if j > i:
-            cycle = _find_cycle(raw_nodes, position)
+def _check_deps(graph: Graph, v: int) -> None:
+    """Every dep of node v is an earlier node; a later one is reported as the cycle it closes, if any."""
+    node = graph.nodes[v]
+    for u in node.deps:
+        if not 0 <= u < graph.size:
+            raise InvalidGraph(f"Node {node.id!r}: dep #{u} is not a node of the graph.", node=node.id, field="deps")
+        if u == v:
+            raise InvalidGraph(f"Node {node.id!r}: it lists itself as a dep (a cycle).", node=node.id, field="deps")
+        if u > v:
+            cycle = [graph.nodes[w].id for w in _find_cycle(graph)]
             if cycle:
                 raise InvalidGraph(
                     f"The graph has a cycle: {' -> '.join(map(repr, cycle))}.", node=cycle[0], field="deps"
                 )
             raise InvalidGraph(
-                f"Node {node_id!r}: dep {d!r} comes later in 'nodes'; nodes must be listed in execution "
-                f"(topological) order.", node=node_id, field="deps"
+                f"Node {node.id!r}: dep {graph.nodes[u].id!r} comes later in 'nodes'; nodes must be listed in "
+                f"execution (topological) order.", node=node.id, field="deps"
             )
-        out.append(j)
-    return tuple(dict.fromkeys(out))  # repeated deps once each, in order: linear, not a scan per dep
 
 
-def _find_cycle(raw_nodes: list[Any], position: dict[str, int]) -> list[str]:
-    """A cycle as a list of ids (first repeated at the end), or [] if the deps are acyclic."""
-    deps = [[position[d] for d in _listed_ids(n.get("deps")) if d in position] for n in raw_nodes]
-    state = [0] * len(raw_nodes)  # 0 new, 1 on stack, 2 done
-    for root in range(len(raw_nodes)):
+def _find_cycle(graph: Graph) -> list[int]:
+    """A cycle as a list of indices (first repeated at the end), or [] if the deps are acyclic."""
+    n = graph.size
+    deps = [[u for u in node.deps if 0 <= u < n] for node in graph.nodes]
+    state = [0] * n  # 0 new, 1 on stack, 2 done
+    for root in range(n):
         if state[root]:
             continue
         stack: list[tuple[int, int]] = [(root, 0)]
@@ -351,8 +400,7 @@ def _find_cycle(raw_nodes: list[Any], position: dict[str, int]) -> list[str]:
                 stack[-1] = (v, k + 1)
                 u = deps[v][k]
                 if state[u] == 1:
-                    cyc = path[path.index(u):] + [u]
-                    return [raw_nodes[x]["id"] for x in reversed(cyc)]
+                    return list(reversed(path[path.index(u):] + [u]))
                 if state[u] == 0:
                     state[u] = 1
                     stack.append((u, 0))
@@ -364,73 +412,25 @@ def _find_cycle(raw_nodes: list[Any], position: dict[str, int]) -> list[str]:
     return []
 
 
-def _listed_ids(deps: Any) -> list[str]:
-    """The string entries of a raw 'deps' field, whatever else it holds (its node's turn reports the rest)."""
-    return [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
-
-
-def _cost(value: Any, node_id: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidGraph(f"Node {node_id!r}: field 'cost' must be a number, got {value!r}.",
-                           node=node_id, field="cost")
+def _check_cost(node: Node) -> float:
+    """The node's cost as a float, once it is a finite number >= 0."""
+    value: Any = node.cost
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidGraph(f"Node {node.id!r}: field 'cost' must be a number, got {value!r}.",
+                           node=node.id, field="cost")
     try:
         cost = float(value)
     except OverflowError:  # an integer beyond any float
         cost = math.inf
     if not math.isfinite(cost) or cost < 0:
-        raise InvalidGraph(f"Node {node_id!r}: field 'cost' must be finite and >= 0, got {value!r}.",
-                           node=node_id, field="cost")
+        raise InvalidGraph(f"Node {node.id!r}: field 'cost' must be finite and >= 0, got {value!r}.",
+                           node=node.id, field="cost")
     return cost
 
 
-def _non_negative_int(value: Any, *, node: str | None, field: str) -> int:
+def _check_bytes(value: Any, *, node: str | None, field: str) -> None:
     where = f"Node {node!r}: field {field!r}" if node is not None else f"Field {field!r}"
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidGraph(f"{where} must be a whole number of bytes, got {value!r}.", node=node, field=field)
     if value < 0:
         raise InvalidGraph(f"{where} must be >= 0, got {value}.", node=node, field=field)
-    return value
-
-
-def _optional_str(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidGraph(f"Field {field!r} must be a string, got {value!r}.", field=field)
-    return value
-
-
-def _check_graph(graph: Graph, limits: GraphLimits) -> None:
-    """Checks for graphs built in code rather than read from JSON."""
-    if not graph.nodes:
-        raise InvalidGraph("The graph is empty: it must hold at least one node.", field="nodes")
-    if graph.size > limits.max_nodes:
-        raise InvalidGraph(f"The graph has {graph.size} nodes; the limit is {limits.max_nodes}.", field="nodes")
-    if not 0 <= graph.fixed_memory <= MAX_TOTAL_BYTES:
-        raise InvalidGraph(f"Field 'fixed_memory' must be in [0, {MAX_TOTAL_BYTES}] bytes.", field="fixed_memory")
-    if graph.edge_count > limits.max_edges:
-        raise InvalidGraph(f"The graph has {graph.edge_count} edges; the limit is {limits.max_edges}.", field="deps")
-    seen: set[str] = set()
-    total = graph.fixed_memory
-    total_cost = 0.0
-    for v, node in enumerate(graph.nodes):
-        total += node.memory
-        if total > MAX_TOTAL_BYTES:
-            raise InvalidGraph(f"Node {node.id!r}: its memory brings the graph's total (fixed memory plus every "
-                               f"output) above {MAX_TOTAL_BYTES} bytes, more than memory sizes can count.",
-                               node=node.id, field="memory")
-        if node.id in seen:
-            raise InvalidGraph(f"Node {node.id!r}: duplicate id.", node=node.id, field="id")
-        seen.add(node.id)
-        if any(not 0 <= u < v for u in node.deps):
-            raise InvalidGraph(f"Node {node.id!r}: every dep must be an earlier node.", node=node.id, field="deps")
-        if not (math.isfinite(node.cost) and node.cost >= 0):
-            raise InvalidGraph(f"Node {node.id!r}: cost must be finite and >= 0.", node=node.id, field="cost")
-        total_cost += node.cost
-        if total_cost > MAX_TOTAL_COST:
-            raise InvalidGraph(f"Node {node.id!r}: its cost brings the graph's total cost above {MAX_TOTAL_COST:g}, "
-                               "beyond what plan costs can add up to.", node=node.id, field="cost")
-        if node.memory < 0:
-            raise InvalidGraph(f"Node {node.id!r}: memory must be >= 0.", node=node.id, field="memory")
-        if node.kind not in _KINDS:
-            raise InvalidGraph(f"Node {node.id!r}: kind must be 'forward' or 'backward'.", node=node.id, field="kind")

@@ -4,7 +4,7 @@ import re
 import pytest
 from factories import BENCHMARK_NAMES, benchmark_graph, chain, graph_doc
 
-from remat.schedules import Graph, GraphLimits, InvalidGraph, InvalidRequest, parse_size, resolve_budget
+from remat.schedules import Graph, GraphLimits, InvalidGraph, InvalidRequest, Node, parse_size, resolve_budget
 
 
 def node(id, deps=(), cost=1.0, memory=1, **kw):
@@ -55,9 +55,9 @@ def test_hash_ignores_metadata_but_not_costs():
         ([node("a", kind="sideways")], "a", "kind", "forward"),
         ([{"id": "a", "deps": "b", "cost": 1, "memory": 1}], "a", "deps", "list"),
         ([node("a", cost=10**400)], "a", "cost", "finite"),
-        # a later node's malformed deps do not get in the way of the earlier node's error
-        ([node("a", ["b"]), {"id": "b", "deps": 5, "cost": 1, "memory": 1}], "a", "deps", "comes later"),
-        ([node("a", ["b"]), {"id": "b", "deps": [["x"]], "cost": 1, "memory": 1}], "a", "deps", "comes later"),
+        # the JSON shapes are read before any rule is checked: a later node's malformed deps come first
+        ([node("a", ["b"]), {"id": "b", "deps": 5, "cost": 1, "memory": 1}], "b", "deps", "list of node ids"),
+        ([node("a", ["b"]), {"id": "b", "deps": [["x"]], "cost": 1, "memory": 1}], "b", "deps", "list of node ids"),
         ([{"deps": []}], None, "id", "non-empty string"),
     ],
 )
@@ -134,3 +134,51 @@ def test_chain_factory_shape():
 def test_benchmark_graphs_load(name):
     g = benchmark_graph(name)
     assert g.size > 0 and g.min_feasible_budget <= g.checkpoint_all_peak
+
+
+def _doc_of(nodes, **fields):
+    """The JSON document of Python-built nodes, deps written as ids (``to_json`` needs a valid Graph)."""
+    return graph_doc([{"id": n.id, "deps": [nodes[u].id for u in n.deps], "cost": n.cost, "memory": n.memory,
+                       "kind": n.kind} for n in nodes], **fields)
+
+
+@pytest.mark.parametrize(("nodes", "fields", "limits"), [
+    pytest.param([], {}, None, id="empty"),
+    pytest.param([Node("a", (), 1.0, 1), Node("b", (), 1.0, 1)], {}, GraphLimits(max_nodes=1), id="too many nodes"),
+    pytest.param([Node("a", (), 1.0, 1)], {"name": 3}, None, id="name"),
+    pytest.param([Node("a", (), 1.0, 1)], {"cost_unit": None}, None, id="cost unit"),
+    pytest.param([Node("a", (), 1.0, 1)], {"fixed_memory": -1}, None, id="negative fixed memory"),
+    pytest.param([Node("a", (), 1.0, 1)], {"fixed_memory": 1.5}, None, id="fractional fixed memory"),
+    pytest.param([Node("a", (), 1.0, 1)], {"fixed_memory": 2**63}, None, id="fixed memory too large"),
+    pytest.param([Node("a", (), 1.0, 1), Node("b", (0,), 1.0, 1), Node("c", (0, 1), 1.0, 1)], {},
+                 GraphLimits(max_edges=2), id="too many edges"),
+    pytest.param([Node("", (), 1.0, 1)], {}, None, id="empty id"),
+    pytest.param([Node("a", (), 1.0, 1), Node("a", (), 1.0, 1)], {}, None, id="duplicate id"),
+    pytest.param([Node("a", (0,), 1.0, 1)], {}, None, id="self dep"),
+    pytest.param([Node("a", (1,), 1.0, 1), Node("b", (), 1.0, 1)], {}, None, id="later dep"),
+    pytest.param([Node("a", (2,), 1.0, 1), Node("b", (0,), 1.0, 1), Node("c", (1,), 1.0, 1)], {}, None, id="cycle"),
+    pytest.param([Node("a", (), 1.0, 1, kind="sideways")], {}, None, id="kind"),  # type: ignore[arg-type]
+    pytest.param([Node("a", (), "3", 1)], {}, None, id="cost not a number"),
+    pytest.param([Node("a", (), True, 1)], {}, None, id="cost a boolean"),
+    pytest.param([Node("a", (), -1.0, 1)], {}, None, id="negative cost"),
+    pytest.param([Node("a", (), math.nan, 1)], {}, None, id="cost nan"),
+    pytest.param([Node("a", (), 10**400, 1)], {}, None, id="cost beyond floats"),
+    pytest.param([Node("a", (), 1.0, 1.5)], {}, None, id="fractional memory"),
+    pytest.param([Node("a", (), 1.0, None)], {}, None, id="missing memory"),
+    pytest.param([Node("a", (), 1.0, -3)], {}, None, id="negative memory"),
+    pytest.param([Node("a", (), 1.0, 2**61), Node("b", (0,), 1.0, 2**61 + 1)], {}, None, id="total memory"),
+    pytest.param([Node("a", (), 6e299, 1), Node("b", (0,), 6e299, 1)], {}, None, id="total cost"),
+])
+def test_python_and_json_graphs_break_each_rule_with_the_same_message(nodes, fields, limits):
+    with pytest.raises(InvalidGraph) as built:
+        Graph(nodes, limits=limits, **fields)
+    with pytest.raises(InvalidGraph) as read:
+        Graph.from_json(_doc_of(nodes, **fields), limits=limits)
+    assert (str(built.value), built.value.node, built.value.field) == (
+        str(read.value), read.value.node, read.value.field)
+
+
+def test_a_python_dep_that_is_no_index_is_not_a_node():
+    with pytest.raises(InvalidGraph, match=re.escape("Node 'a': dep #7 is not a node of the graph.")) as err:
+        Graph([Node("a", (7,), 1.0, 1)])
+    assert (err.value.node, err.value.field) == ("a", "deps")
