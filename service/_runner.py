@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
-from remat.solvers import StopReason
+from remat.solvers import StopReason, StopThenKill
 
 from ._child import Message, SolverProcess
 from ._jobs import Claim, Job
@@ -89,13 +89,11 @@ class _Supervisor:
     def __init__(self, store: JobStore, by: Claim, job: Job, child: SolverProcess, config: RunnerConfig,
                  stopping: threading.Event) -> None:
         self.store, self.by, self.job, self.child, self.config, self.stopping = store, by, job, child, config, stopping
-        now = time.monotonic()
-        self.deadline = now + job.spec.time_limit_s + config.cancel_grace_s
-        self.renewed = self.controlled = now
+        self.stopper = StopThenKill.within(job.spec.time_limit_s, self._ask_to_stop, lambda: child.kill(),
+                                           grace_s=config.cancel_grace_s, slack_s=config.cancel_grace_s)
+        self.renewed = self.controlled = time.monotonic()
         self.progress: dict[str, Any] | None = None
         self.progress_written = True
-        self.stop_sent: float | None = None
-        self.stop_reason: StopReason | None = None
 
     def run(self) -> Job | None:
         if self.store.renew(self.by, solver_pid=self.child.pid) is None:
@@ -116,7 +114,7 @@ class _Supervisor:
                 log.warning("job %s: the claim of attempt %d was taken back; solve stopped", self.by.job_id,
                             self.by.attempt)
                 return None
-            self._enforce_limits()
+            self.stopper.tend()
         return self._record(None)
 
     def _keep_lease(self) -> bool:
@@ -129,22 +127,20 @@ class _Supervisor:
             self.renewed, self.progress_written = now, True
             if current is None:
                 return False
-            self._stop_if(current.cancel_requested, StopReason.CANCEL)
+            cancelled = current.cancel_requested
         elif now - self.controlled >= CONTROL_INTERVAL_S:
             self.controlled = now
-            self._stop_if(self.store.get(self.by.job_id, with_result=False).cancel_requested, StopReason.CANCEL)
+            cancelled = self.store.get(self.by.job_id, with_result=False).cancel_requested
+        else:
+            cancelled = False
+        if cancelled:
+            self.stopper.stop(StopReason.CANCEL)
         return True
 
-    def _enforce_limits(self) -> None:
-        self._stop_if(time.monotonic() > self.deadline, StopReason.DEADLINE)
-        if self.stop_sent is not None and time.monotonic() - self.stop_sent > self.config.cancel_grace_s:
-            self.child.kill()
-
-    def _stop_if(self, condition: bool, reason: StopReason) -> None:
-        if condition and self.stop_sent is None:
-            log.info("job %s: %s; asking the solver to stop", self.by.job_id, reason.value)
-            self.child.stop(reason)
-            self.stop_sent, self.stop_reason = time.monotonic(), reason
+    def _ask_to_stop(self, reason: StopReason | None) -> None:
+        assert reason is not None
+        log.info("job %s: %s; asking the solver to stop", self.by.job_id, reason.value)
+        self.child.stop(reason)
 
     def _record(self, message: Message | None) -> Job | None:
         if message is not None and message[0] == "result":
@@ -161,14 +157,14 @@ class _Supervisor:
         self.child.wait(1.0)
         error = self._death_reason()
         log.warning("job %s: %s", self.by.job_id, error)
-        return self.store.mark_failed(self.by, error, cancelled=self.stop_reason is StopReason.CANCEL)
+        return self.store.mark_failed(self.by, error, cancelled=self.stopper.reason is StopReason.CANCEL)
 
     def _death_reason(self) -> str:
         code = self.child.exitcode
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        if self.stop_reason is StopReason.CANCEL:
+        if self.stopper.reason is StopReason.CANCEL:
             return f"cancelled; the solver did not return a plan within {self.config.cancel_grace_s:g} s and was killed"
-        if self.stop_reason is StopReason.DEADLINE:
+        if self.stopper.reason is StopReason.DEADLINE:
             return f"the solver ran past its time limit of {self.job.spec.time_limit_s:g} s and was killed"
         return f"the solver process ended without a result ({how})"
 

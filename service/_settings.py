@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from remat.schedules import GraphLimits
+from remat.solvers import SOLVE_GRACE_S
 
 from ._store import Retention
 
@@ -82,7 +83,7 @@ class Settings(BaseSettings):
     for an owner on this host that is still alive) is taken back and run again, or failed after max_attempts."""
     max_attempts: int = Field(default=2, ge=1)
     """Runs a job gets when the process running it dies; after the last it is marked failed."""
-    cancel_grace_s: float = Field(default=5.0, ge=0)
+    cancel_grace_s: float = Field(default=SOLVE_GRACE_S, ge=0)
     """Seconds a cancelled solve has to return its best plan before its process group is killed."""
     retry_after_s: int = Field(default=5, ge=1)
 

@@ -19,6 +19,7 @@ from ._registry import STRATEGIES, get_strategy
 from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
 from ._solve import solve
 from ._strategy import Strategy, StrategyKind, check_chain, check_training_graph, every_graph
+from ._supervise import SOLVE_GRACE_S, StopThenKill
 from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets, sweep_strategies
 from .backends import available_backends
 from .baselines import (
@@ -37,6 +38,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT_S",
     "FITTING_STATUSES",
     "RESULT_FORMAT",
+    "SOLVE_GRACE_S",
     "STRATEGIES",
     "SWEEP_POINTS",
     "BatchTrial",
@@ -49,6 +51,7 @@ __all__ = [
     "SolveContext",
     "Stop",
     "StopReason",
+    "StopThenKill",
     "Strategy",
     "StrategyKind",
     "SweepPlan",

@@ -4,8 +4,9 @@ A :class:`MilpModel` is plain arrays; :func:`run_backend` solves it with one of 
 in a fresh solver process and returns a :class:`BackendResult`. Engines are imported only there.
 """
 
+from .._supervise import GRACE_S
 from ._model import MilpBuilder, MilpModel
-from ._process import GRACE_S, run_backend
+from ._process import run_backend
 from ._protocol import BackendResult, EngineStatus, Limits, ProgressCallback, SolverProgress, on_stop
 from ._table import AUTO_ORDER, BACKENDS, Backend, available_backends, choose_backend, get_backend
 

@@ -15,7 +15,8 @@ import threading
 import time
 from typing import IO
 
-from ._process import GRACE_S, child_protocol, read_frame
+from .._supervise import GRACE_S
+from ._process import child_protocol, read_frame
 from ._protocol import Limits
 from ._table import get_backend
 

@@ -5,7 +5,8 @@ group, so CBC's subprocess goes with it), sends the request as a pickled frame o
 stdin and reads length-prefixed pickled frames (progress, result, error) from its stdout; engine
 logs arrive on its stderr and are kept as a tail. To stop, the parent first sends a stop frame,
 which the child turns into the engine's own interrupt (the engine keeps its incumbent and
-returns), and kills the whole process group if no result comes within :data:`GRACE_S`. Closing
+returns), and kills the whole process group if no result comes within
+:data:`~remat.solvers._supervise.GRACE_S` (a :class:`~remat.solvers._supervise.StopThenKill`). Closing
 the child's stdin (the parent died) stops and ends the child too.
 """
 
@@ -19,7 +20,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
@@ -28,17 +28,12 @@ import numpy as np
 
 from remat.schedules import BackendUnavailable, SolverFailed
 
+from .._supervise import StopThenKill
 from ._model import MilpModel
 from ._protocol import BackendResult, EngineStatus, Limits, ProgressCallback, SolverProgress
 from ._table import Backend
 
-__all__ = ["GRACE_S", "child_protocol", "read_frame", "run_backend", "write_frame"]
-
-GRACE_S = 1.5
-"""Seconds an engine gets to return its incumbent after a stop request before it is killed."""
-
-DEADLINE_SLACK_S = 1.0
-"""Seconds past its own time limit after which an engine is told to stop."""
+__all__ = ["child_protocol", "read_frame", "run_backend", "write_frame"]
 
 _HEADER = struct.Struct("!Q")
 
@@ -119,8 +114,7 @@ def run_backend(backend: Backend, model: MilpModel, limits: Limits, on_progress:
 
 def _supervise(backend: Backend, model: MilpModel, proc: subprocess.Popen[bytes], messages: queue.Queue[Any],
                tail: deque[str], limits: Limits, on_progress: ProgressCallback) -> BackendResult:
-    deadline = time.monotonic() + limits.time_limit_s + DEADLINE_SLACK_S
-    stop_sent: float | None = None
+    stopper = StopThenKill.within(limits.time_limit_s, lambda _: _ask_to_stop(proc), lambda: _kill(proc))
     best: SolverProgress | None = None
     bound: float | None = None
     while True:
@@ -150,15 +144,9 @@ def _supervise(backend: Backend, model: MilpModel, proc: subprocess.Popen[bytes]
                 raise SolverFailed(f"The {backend.name} backend failed: {text}")
             else:  # the child's stdout closed: it exited or was killed
                 return _without_result(backend, proc, best, bound, tail)
-        now = time.monotonic()
-        if stop_sent is None and (limits.stop.is_set() or now > deadline):
-            stop_sent = now
-            try:
-                write_frame(proc.stdin, ("stop",))  # type: ignore[arg-type]
-            except (BrokenPipeError, OSError):
-                pass
-        if stop_sent is not None and now > stop_sent + GRACE_S:
-            _kill(proc)
+        if limits.stop.is_set():
+            stopper.stop()
+        if stopper.tend():
             return _without_result(backend, proc, best, bound, [*tail, f"{backend.name} killed after a stop request"])
 
 
@@ -193,6 +181,14 @@ def _pump_lines(stream: IO[bytes], tail: deque[str]) -> None:
             if text:
                 tail.append(text)
     except (OSError, ValueError):
+        pass
+
+
+def _ask_to_stop(proc: subprocess.Popen[bytes]) -> None:
+    """Send the stop frame: the child turns it into the engine's own interrupt."""
+    try:
+        write_frame(proc.stdin, ("stop",))  # type: ignore[arg-type]
+    except (BrokenPipeError, OSError):
         pass
 
 

@@ -29,15 +29,13 @@ from typing import IO
 from remat.schedules import Graph, Schedule
 
 from .._context import Outcome, SolveContext, Throttle
+from .._supervise import GRACE_S, StopThenKill
 from .._warm import WarmStart
 from ..backends._process import read_frame, write_frame
 from ..search import Annealer, Timeline, timeline_from_schedule
 from ._anneal_worker import MIP_WHEN_EXPLAINED
 
 __all__ = ["anneal_path"]
-
-_GRACE_S = 2.0
-"""Seconds a helper gets to finish after a stop before it is killed."""
 
 
 def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart | None) -> Outcome:
@@ -187,6 +185,7 @@ class _Helper:
         self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
         self.writer.start()
         self.reader.start()
+        self.stopper = StopThenKill(lambda _: self.outbox.put(("stop",)), self._kill)
 
     def tell(self, cost: float) -> None:
         """Let the helper know the best cost so far (it decides whether a MIP bound is worth its time)."""
@@ -195,7 +194,8 @@ class _Helper:
             self.outbox.put(("best", cost))
 
     def stop(self) -> None:
-        self.outbox.put(("stop",))
+        """Ask the helper to stop (it exits by itself ``GRACE_S`` later at the latest)."""
+        self.stopper.stop()
 
     def _write(self, stream: IO[bytes]) -> None:
         """Write the outbox's frames in order until the stop frame, or until the helper is gone."""
@@ -213,19 +213,23 @@ class _Helper:
                 return
 
     def join(self) -> None:
+        """Wait for the helper to end, killing it once the grace period after its stop has passed."""
         try:
-            self.process.wait(_GRACE_S)
+            self.process.wait(self.stopper.grace_left())
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.writer.join(_GRACE_S)
-        self.reader.join(_GRACE_S)
+            self.stopper.kill()
+        self.writer.join(GRACE_S)
+        self.reader.join(GRACE_S)
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 try:
                     stream.close()
                 except OSError:  # the helper is gone: what was still buffered for it no longer matters
                     pass
+
+    def _kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
 
     def _read(self, stream: IO[bytes]) -> None:
         pool = self.pool

@@ -33,7 +33,8 @@ from typing import IO, Any
 from remat.schedules import Graph
 
 from .._context import SolveContext
-from ..backends._process import GRACE_S, child_protocol, read_frame
+from .._supervise import GRACE_S
+from ..backends._process import child_protocol, read_frame
 from ..baselines import best_baseline
 from ..bounds import overloaded_stages, retention_bound
 from ..search import Annealer
