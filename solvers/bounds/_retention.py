@@ -14,7 +14,8 @@ needs and everything kept past its last read), so its optimum, and the LP optimu
 lower bounds on the cost of every schedule that fits. It has one variable pair per (value, stage
 it lives across): about 190,000 on a 1,000-node random graph, where the Checkmate MILP has
 millions. It is tight on layer graphs (ResNet-50) and loose where recomputing needs long chains
-(random layered graphs). Needs highspy, so it runs in a process without OR-Tools.
+(random layered graphs). It is solved by the HiGHS backend in process (the engine-neutral model of
+:mod:`remat.solvers.backends`), so it runs in a process without OR-Tools.
 
 Two reductions keep it small. A stage where everything that may be resident fits has a row that
 cannot bind: it is left out, and so are its pairs (v is then free to stay, so a run of v's absence
@@ -31,6 +32,9 @@ from bisect import bisect_right
 import numpy as np
 
 from remat.schedules import Graph
+
+from .._context import DEFAULT_MIP_GAP
+from ..backends import Limits, MilpModel, get_backend
 
 __all__ = ["overloaded_stages", "retention_bound"]
 
@@ -49,7 +53,7 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
 
     Examples
     --------
-    Not run as doctests: importing highspy here would keep OR-Tools out of the test process
+    Not run as doctests: running HiGHS here would keep OR-Tools out of the test process
     (tests/solvers/test_portfolio.py checks the bounds in a helper process instead).
 
     >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
@@ -64,42 +68,16 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
 
     The LP drops a quarter of a across stage c; the MIP must drop all of it, one more computation.
     """
-    import highspy
-
     model = _Relaxation(graph, budget, stages)
     if model.columns == 0:
         return graph.base_cost
     if max_columns is not None and model.columns > max_columns:
         return None
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", max(float(time_limit_s), 0.01))
-    h.setOptionValue("threads", 1)
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = model.columns, model.rows
-    lp.col_cost_ = model.objective
-    lp.col_lower_ = np.zeros(model.columns)
-    lp.col_upper_ = np.ones(model.columns)
-    lp.row_lower_ = model.row_lower
-    lp.row_upper_ = model.row_upper
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = model.start
-    lp.a_matrix_.index_ = model.index
-    lp.a_matrix_.value_ = model.value
-    if integral:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * model.columns
-    h.passModel(lp)
-    h.run()
-    info = h.getInfo()
-    if integral:
-        value = info.mip_dual_bound
-    elif h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
-        value = info.objective_function_value
-    else:
-        return None
-    if not np.isfinite(value):
-        return None
-    return graph.base_cost + max(0.0, value * model.cost_unit * (1 - _SAFETY))
+    limits = Limits(time_limit_s=max(float(time_limit_s), 0.01), mip_gap=DEFAULT_MIP_GAP, threads=1)
+    result = get_backend("highs").solve(model.milp(integral=integral), limits, lambda _: None)
+    if result.bound is None or not np.isfinite(result.bound):
+        return None  # the LP not solved to optimality, or no MIP dual bound
+    return graph.base_cost + max(0.0, result.bound * model.cost_unit * (1 - _SAFETY))
 
 
 def overloaded_stages(graph: Graph, budget: int) -> int:
@@ -108,7 +86,7 @@ def overloaded_stages(graph: Graph, budget: int) -> int:
 
 
 class _Relaxation:
-    """The relaxation's matrix (column-wise), with costs in units of their mean and memory in units of the largest size.
+    """The relaxation's matrix (row-wise), with costs in units of their mean and memory in units of the largest size.
 
     Columns come in pairs per (value v, stage t it lives across): ``x`` (resident at the end of
     stage t) and ``y`` (v is computed again in stage t + 1 after being dropped at t). Rows: one
@@ -160,10 +138,19 @@ class _Relaxation:
         rows = np.concatenate([stage, pair_rows, pair_rows, pair_rows[follower]])
         cols = np.concatenate([x, x, y, x[follower] + 1])
         vals = np.concatenate([mem[owner] / scale, np.ones(pairs), np.ones(pairs), -np.ones(follower.size)])
-        order = np.lexsort((rows, cols))
-        self.index = rows[order].astype(np.int32)
-        self.value = vals[order]
-        self.start = np.searchsorted(cols[order], np.arange(self.columns + 1)).astype(np.int32)
+        order = np.lexsort((cols, rows))
+        self.row_index = cols[order]
+        self.row_value = vals[order]
+        self.row_start = np.searchsorted(rows[order], np.arange(self.rows + 1))
+
+    def milp(self, *, integral: bool) -> MilpModel:
+        """The relaxation as the backends' model: every variable in [0, 1], integer if ``integral``."""
+        return MilpModel(
+            objective=self.objective, objective_offset=0.0, lower=np.zeros(self.columns),
+            upper=np.ones(self.columns), integer=np.full(self.columns, integral), row_start=self.row_start,
+            row_index=self.row_index, row_value=self.row_value, row_lower=self.row_lower,
+            row_upper=self.row_upper, relaxation=not integral, name="retention relaxation",
+        )
 
 
 def _lives(graph: Graph) -> list[tuple[int, tuple[int, ...]]]:
