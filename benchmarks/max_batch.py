@@ -19,8 +19,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remat.schedules import BatchedGraph, Graph, StrategyNotApplicable, format_size, parse_size
-from remat.solvers import BASELINES, Convergence, MaxBatch, max_batch
+from remat.schedules import BatchedGraph, Graph, format_size, parse_size
+from remat.solvers import BASELINES, Convergence, MaxBatch, max_batch, sweep_strategies
 
 GRAPHS = Path(__file__).resolve().parent / "graphs"
 
@@ -30,16 +30,8 @@ MODELS = {"vgg16": 256, "mobilenet": 512, "vgg_unet": 32, "resnet50": 256}
 
 def recomputing_baselines(graph: Graph) -> list[str]:
     """The baselines that apply to ``graph`` but checkpoint-all (shown on its own) and checkpoint-last."""
-    names = []
-    for strategy in BASELINES:
-        if strategy.name in ("checkpoint-all", "checkpoint-last"):
-            continue
-        try:
-            strategy.check(graph)
-        except StrategyNotApplicable:
-            continue
-        names.append(strategy.name)
-    return names
+    names = {s.name for s in BASELINES} - {"checkpoint-all", "checkpoint-last"}
+    return [name for name in sweep_strategies(graph) if name in names]
 
 
 def timed(batched: BatchedGraph, budget: int, strategy: str, time_limit_s: float) -> tuple[MaxBatch, float]:

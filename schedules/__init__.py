@@ -24,7 +24,7 @@ from ._numbers import whole_number
 from ._plan import Op, Plan, checkpoint_all_plan
 from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
 from ._simulate import Simulation, Span, Timing, simulate, simulate_schedule
-from ._transfer import TRANSFER_PROFILES, DeviceProfile, Transfer
+from ._transfer import TRANSFER_PROFILES, LinkProfile, Transfer
 
 __all__ = [
     "BINARY_UNITS",
@@ -35,7 +35,6 @@ __all__ = [
     "BackendUnavailable",
     "BatchedGraph",
     "Buffer",
-    "DeviceProfile",
     "Graph",
     "GraphLimits",
     "InvalidGraph",
@@ -44,6 +43,7 @@ __all__ = [
     "InvalidSchedule",
     "Kind",
     "Layout",
+    "LinkProfile",
     "Node",
     "Op",
     "Plan",

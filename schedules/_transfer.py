@@ -2,7 +2,7 @@
 
 A copy of ``memory`` bytes lasts ``latency + memory / bandwidth`` in the graph's cost unit. The
 parameters are given in the graph's units (:class:`Transfer`), or taken from a named device profile
-(:data:`TRANSFER_PROFILES`), whose bandwidths are in bytes per second: a profile becomes a
+(:data:`TRANSFER_PROFILES`, device-host links), whose bandwidths are in bytes per second: a profile becomes a
 :class:`Transfer` only when told how many seconds one cost unit lasts, since a graph's costs may be
 seconds, FLOPs or any profiled unit.
 """
@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from ._errors import InvalidRequest
 
-__all__ = ["TRANSFER_PROFILES", "DeviceProfile", "Transfer"]
+__all__ = ["TRANSFER_PROFILES", "LinkProfile", "Transfer"]
 
 GB = 1_000_000_000
 """Bytes in a (decimal) gigabyte, the unit of the spec sheets."""
@@ -37,7 +37,7 @@ def _finite(value: object, field: str, *, positive: bool) -> float:
 
 
 @dataclass(frozen=True)
-class DeviceProfile:
+class LinkProfile:
     """A device-host link: its effective per-direction bandwidth, the raw figure, and where both come from."""
 
     name: str
@@ -48,8 +48,8 @@ class DeviceProfile:
     source: str
 
 
-TRANSFER_PROFILES: Mapping[str, DeviceProfile] = MappingProxyType({
-    "pcie4-x16": DeviceProfile(
+TRANSFER_PROFILES: Mapping[str, LinkProfile] = MappingProxyType({
+    "pcie4-x16": LinkProfile(
         name="pcie4-x16",
         bandwidth_bytes_per_s=25 * GB,
         raw_bandwidth_bytes_per_s=32 * GB,
@@ -57,14 +57,14 @@ TRANSFER_PROFILES: Mapping[str, DeviceProfile] = MappingProxyType({
                 "x16; about 25 GB/s is what pinned-memory copies measure (CUDA bandwidthTest on A100 PCIe), "
                 "the rest going to packet and protocol overhead."),
     ),
-    "pcie5-x16": DeviceProfile(
+    "pcie5-x16": LinkProfile(
         name="pcie5-x16",
         bandwidth_bytes_per_s=50 * GB,
         raw_bandwidth_bytes_per_s=64 * GB,
         source=("PCI-SIG PCIe 5.0: 32 GT/s per lane, 128b/130b encoding, about 64 GB/s per direction on "
                 "x16; about 50 GB/s is what pinned-memory copies measure (CUDA bandwidthTest on H100 PCIe)."),
     ),
-    "nvlink-c2c": DeviceProfile(
+    "nvlink-c2c": LinkProfile(
         name="nvlink-c2c",
         bandwidth_bytes_per_s=450 * GB,
         raw_bandwidth_bytes_per_s=450 * GB,
@@ -73,17 +73,7 @@ TRANSFER_PROFILES: Mapping[str, DeviceProfile] = MappingProxyType({
                 "specification's figure, not derated by a measurement."),
     ),
 })
-"""Device-host links by name, with per-direction bandwidths in bytes per second.
-
-- ``pcie4-x16``: 25 GB/s effective of 32 GB/s raw per direction (PCIe 4.0 x16, e.g. A100 PCIe);
-- ``pcie5-x16``: 50 GB/s effective of 64 GB/s raw per direction (PCIe 5.0 x16, e.g. H100 PCIe);
-- ``nvlink-c2c``: 450 GB/s per direction, half of the 900 GB/s bidirectional total (Grace Hopper).
-
-The raw PCIe figures are the PCI-SIG specifications' (lanes x transfer rate, 128b/130b encoding);
-the effective ones are what pinned host-memory copies measure on such links (NVIDIA's CUDA samples
-bandwidthTest), rounded. NVLink-C2C's is NVIDIA's Grace Hopper datasheet figure, used as is.
-Each profile's ``source`` says the same.
-"""
+"""Device-host links by name: per-direction bandwidths in bytes per second, each with its ``source``."""
 
 
 @dataclass(frozen=True)
