@@ -30,9 +30,9 @@ def max_batch(model: nn.Module, make_inputs: Callable[[int], Any], budget: int |
     """
     if len(set(batches)) < 2:
         raise InvalidRequest("max_batch needs two or more distinct batch sizes to capture at.", field="batches")
+    limit = parse_size(budget)  # refused before anything is captured
     graphs = {}
     for b in sorted(set(batches)):
         graphs[b] = export_graph(model, make_inputs(b), loss_fn=loss_fn, cost_model=cost_model, device=device)
-    limit = parse_size(budget) if isinstance(budget, str) else budget
     return solve_max_batch(BatchedGraph.from_graphs(graphs), limit, strategy=strategy, max_overhead=max_overhead,
                            **solve_options)

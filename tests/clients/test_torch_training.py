@@ -16,6 +16,7 @@ from torch_models import MODELS, mlp  # noqa: E402
 from remat.clients.torch import PlanCache, activation_peak, export_graph, max_batch, rematerialize  # noqa: E402
 from remat.schedules import (  # noqa: E402
     Graph,
+    InvalidRequest,
     Plan,
     Schedule,
     checkpoint_all_schedule,
@@ -117,6 +118,10 @@ def test_the_largest_batch_found_trains_within_the_device_budget():
         return torch.randn(b, 128), torch.randn(b, 128)
 
     budget = 2 * 2**20
+    with pytest.raises(InvalidRequest, match="Cannot read 'lots' as a size"):        # before any capture
+        max_batch(model, batch, "lots", loss_fn=loss_fn)
+    with pytest.raises(InvalidRequest, match="two or more distinct batch sizes"):
+        max_batch(model, batch, budget, batches=(8, 8), loss_fn=loss_fn)
     answer = max_batch(model, batch, budget, batches=(4, 8, 16), loss_fn=loss_fn, time_limit_s=10)
     everything = max_batch(model, batch, budget, batches=(4, 8), loss_fn=loss_fn, strategy="checkpoint-all")
     assert answer.batch > everything.batch > 16         # beyond the batches captured: found on the fitted lines
