@@ -10,7 +10,7 @@ from typing import Any
 from remat.schedules import BatchedGraph, Graph, InvalidRequest, format_size
 from remat.solvers import BatchTrial, Convergence, MaxBatch, max_batch, sweep_strategies
 
-__all__ = ["run", "table"]
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         cap = f"at most {args.max_overhead:g}x the base cost" if args.max_overhead else "at most one extra forward pass"
         print(f"{batched.template.name or 'graph'} on {format_size(args.budget)}, {cap}:")
-        print(table(answers))
+        print(_table(answers))
     return 0 if answers and answers[0].batch else 1
 
 
@@ -41,7 +41,7 @@ def _report(strategy: str, trial: BatchTrial) -> None:
           file=sys.stderr, flush=True)
 
 
-def table(answers: list[MaxBatch]) -> str:
+def _table(answers: list[MaxBatch]) -> str:
     """One row per strategy: its batch, the overhead and peak of its plan, and its batch against checkpoint-all's."""
     reference = next((a.batch for a in answers if a.strategy == "checkpoint-all"), None)
     rows = [f"{'strategy':20s} {'batch':>8s} {'overhead':>9s} {'peak':>11s} {'vs checkpoint-all':>18s}"]
