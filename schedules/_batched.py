@@ -124,7 +124,7 @@ class BatchedGraph:
 
 
 def _check_batch(batch: object) -> None:
-    whole_number(batch, what="A batch size", field="batch", least=1, error=InvalidGraph)
+    whole_number(batch, what="A batch size", field="batch", least=1)
 
 
 def _check_same_structure(first: Graph, low: int, graph: Graph, batch: int) -> None:

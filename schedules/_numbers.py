@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from ._errors import InvalidGraph, InvalidRequest
+from ._errors import InvalidRequest
 
 __all__ = ["whole_number"]
 
 
-def whole_number(value: object, *, what: str, field: str, least: int = 0,
-                 error: type[InvalidRequest | InvalidGraph] = InvalidRequest) -> int:
-    """``value`` when it is an int (not a bool) of at least ``least``; else ``error`` naming ``what`` and ``field``.
+def whole_number(value: object, *, what: str, field: str, least: int = 0) -> int:
+    """``value`` when it is an int (not a bool) of at least ``least``; else InvalidRequest naming ``what``.
 
     >>> whole_number(3, what="Option 'rounds'", field="options")
     3
@@ -19,5 +18,5 @@ def whole_number(value: object, *, what: str, field: str, least: int = 0,
     remat.schedules._errors.InvalidRequest: Option 'seed' must be a whole number >= 0, got 1.5.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise error(f"{what} must be a whole number >= {least}, got {value!r}.", field=field)
+        raise InvalidRequest(f"{what} must be a whole number >= {least}, got {value!r}.", field=field)
     return value

@@ -40,7 +40,7 @@ def test_graphs_of_another_model_are_refused():
         BatchedGraph.from_graphs({2: chain_at(2), 4: chain_at(4, n=9)})
     with pytest.raises(InvalidGraph, match="two or more batch sizes"):
         BatchedGraph.from_graphs({2: chain_at(2)})
-    with pytest.raises(InvalidGraph, match="whole number >= 1"):
+    with pytest.raises(InvalidRequest, match="A batch size must be a whole number >= 1, got 0"):
         BatchedGraph.proportional(chain_at(2), batch=0)
 
 
