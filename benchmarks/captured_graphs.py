@@ -7,11 +7,13 @@ and an unrolled LSTM (recurrent). The models are the PyTorch client's test model
 backward graph through AOTAutograd, folds views into their producers and costs nodes with the
 FLOP model. Needs torch (``pip install remat[torch]``).
 
-    python benchmarks/captured_graphs.py            # writes the four JSON files
+    python benchmarks/captured_graphs.py                        # writes the four JSON files
+    python benchmarks/captured_graphs.py gpt-128 --out /tmp     # a larger one (not shipped), for timings
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -34,16 +36,27 @@ CAPTURES: dict[str, tuple[str, int | None, dict[str, int]]] = {
 }
 """Name: (model factory, batch size, sizes)."""
 
+LARGE: dict[str, tuple[str, int | None, dict[str, int]]] = {
+    "gpt-128": ("gpt", 4, {"layers": 128, "dim": 64, "context": 64}),
+}
+"""Captured on request only: the 128-block GPT (7,956 nodes) that benchmarks/baselines.py --timing measures."""
+
 
 def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    for name, (factory, batch, sizes) in CAPTURES.items():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", choices=[*CAPTURES, *LARGE], default=list(CAPTURES),
+                        help="which models (default: the four of benchmarks/graphs/captured)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the folder to write NAME.json to (default {OUT})")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.names:
+        factory, batch, sizes = {**CAPTURES, **LARGE}[name]
         started = time.monotonic()
         model, inputs, loss_fn = MODELS[factory](batch, **sizes)
         graph = export_graph(model, inputs, loss_fn=loss_fn)
         doc = graph.to_json()
         doc["name"] = name
-        (OUT / f"{name}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        (args.out / f"{name}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
         print(f"{name}: {graph.size} nodes, {graph.edge_count} edges, captured in "
               f"{time.monotonic() - started:.1f} s")
 

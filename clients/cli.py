@@ -14,6 +14,8 @@ from typing import Any
 from remat.schedules import Graph, RematError, ScheduleEntries, format_size, parse_size
 from remat.solvers import DEFAULT_TIME_LIMIT_S, FITTING_STATUSES, STRATEGIES, solve
 
+from ._offload_args import add_offload_options, check_offloading, transfer_of
+
 __all__ = ["main"]
 
 Command = Callable[[argparse.Namespace], int]
@@ -59,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the schedule with every stage's whole retained set, not only what changes")
     p.add_argument("--server", help="solve on a remat service at this URL instead of in-process")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of a summary")
+    add_offload_options(p, size=_size)
     p.set_defaults(run=_solve)
 
     p = sub.add_parser("validate", help="check a graph file and print its key numbers")
@@ -99,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, help="seconds per point (default 60, or the server's default)")
     p.add_argument("--server", help="run the sweep as jobs on a remat service at this URL")
     p.add_argument("--html", metavar="FILE", help="write the chart and table as one self-contained HTML file")
+    add_offload_options(p, size=_size)
     p.set_defaults(run=_compare)
 
     p = sub.add_parser("max-batch", help="the largest batch each strategy fits in a device's memory")
@@ -112,7 +116,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="largest cost over the base cost a plan may have (default: one extra forward pass)")
     p.add_argument("--time-limit", type=float, default=30.0,
                    help="seconds per batch tried (default 30; checkmate stops sooner once its plan stops improving)")
-    p.add_argument("--json", action="store_true", help="print each strategy's answer as JSON")
+    p.add_argument("--server", help="search as jobs on a remat service at this URL (graphs at two or more batch "
+                                    "sizes; checkmate then runs each batch to its time limit)")
+    p.add_argument("--json", action="store_true", help="print each strategy's answer as JSON (with --server, the "
+                                                       "remat.max-batch/v1 document)")
     p.set_defaults(run=_max_batch)
 
     p = sub.add_parser("profile", help="capture a PyTorch model's training step as a remat.graph/v1 (needs torch)")
@@ -182,14 +189,18 @@ def _solve(args: argparse.Namespace) -> int:
         options["mip_gap"] = args.mip_gap
     if args.options:
         options["options"] = dict(args.options)
+    transfer = transfer_of(args)
+    check_offloading([args.strategy], transfer, dict(args.options))
+    if args.host_budget is not None:
+        options["host_budget"] = args.host_budget
     budget = {"budget": args.budget} if args.budget is not None else {"budget_ratio": args.budget_ratio}
     if args.server:
         from remat.clients.http import Client
 
         with Client(args.server) as client:
-            doc = client.solve(graph, **budget, **options)
+            doc = client.solve(graph, **budget, **options, transfer=transfer)
     else:
-        doc = solve(graph, **budget, **options).to_json()
+        doc = solve(graph, **budget, **options, transfer=transfer).to_json()
     if args.full_schedule and doc.get("schedule") is not None:
         doc["schedule"] = ScheduleEntries.from_json(graph, doc["schedule"]).to_json(graph, full=True)
     if args.output:
@@ -209,6 +220,9 @@ def summary_line(doc: dict[str, Any]) -> str:
         parts.append(f"peak {format_size(doc['peak_memory'])} / budget {format_size(doc['budget'])}{share}")
     else:
         parts.append(f"budget {format_size(doc['budget'])}")
+    if doc.get("transfer") is not None and doc.get("host_peak_memory") is not None:
+        host = f" / host budget {format_size(doc['host_budget'])}" if doc.get("host_budget") is not None else ""
+        parts.append(f"host peak {format_size(doc['host_peak_memory'])}{host}")
     if doc.get("fallback"):
         parts.append(f"fallback {doc['fallback']}")
     parts.append(f"{doc['solve_time_s']:.2f} s")
@@ -252,7 +266,8 @@ def _healthcheck(args: argparse.Namespace) -> int:
 def _strategies(args: argparse.Namespace) -> int:
     for s in STRATEGIES.values():
         backends = f" [backends: {', '.join(s.backends)}]" if s.backends else ""
-        print(f"{s.name:20s} {s.summary}{backends}")
+        offloads = " [offloads: needs --transfer or --bandwidth]" if s.offloads else ""
+        print(f"{s.name:20s} {s.summary}{backends}{offloads}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""A client for the remat service's HTTP API (``remat solve/compare --server``, ``rematerialize(server=...)``, scripts).
+"""A client for the remat service's HTTP API (``remat solve/compare/max-batch --server``, ``rematerialize(server=...)``,
+scripts).
 
 >>> with Client("http://127.0.0.1:8000") as remat:          # doctest: +SKIP
 ...     result = remat.solve(graph, budget_ratio=0.8, strategy="checkmate", time_limit_s=60)
@@ -14,20 +15,22 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import httpx
 
-from remat.schedules import Graph, RematError
+from remat.schedules import Graph, RematError, Transfer
 
 __all__ = ["Client", "ServiceError"]
 
+TransferLike: TypeAlias = Transfer | Mapping[str, Any]
+"""Transfer parameters as a Transfer, or as the request's ``transfer`` object (units or a named profile)."""
 TERMINAL = ("succeeded", "failed", "cancelled")
 WAIT_S = 7200.0
 """How long ``wait`` (and so ``solve`` and ``result``) polls a job by default: the service's longest solve
 (an hour by default) with as long again to wait in the queue. ``timeout_s=None`` waits for good."""
 SWEEP_WAIT_S = 86400.0
-"""How long ``wait_sweep`` polls by default: a day (a sweep is hundreds of solves)."""
+"""How long ``wait_sweep`` and ``wait_max_batch`` poll by default: a day (a sweep is hundreds of solves)."""
 LONGEST_POLL_S = 5.0
 """Polls start ``poll_s`` apart and back off to this."""
 RETRY_STATUSES = (429, 503)
@@ -79,11 +82,12 @@ class Client:
     def submit(self, graph: Graph | Mapping[str, Any], *, budget: int | None = None,
                budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
                time_limit_s: float | None = None, mip_gap: float | None = None,
-               options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               options: Mapping[str, Any] | None = None, transfer: TransferLike | None = None,
+               host_budget: int | None = None) -> dict[str, Any]:
         """Submit a solve and return its job at once (``status`` says whether it has already ended)."""
         response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
                                     backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, options=options,
-                                    wait_s=0)
+                                    transfer=_transfer_doc(transfer), host_budget=host_budget, wait_s=0)
         if response.status_code == 202:
             job: dict[str, Any] = response.json()
             return job
@@ -92,15 +96,17 @@ class Client:
     def solve(self, graph: Graph | Mapping[str, Any], *, budget: int | None = None,
               budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
               time_limit_s: float | None = None, mip_gap: float | None = None,
-              options: Mapping[str, Any] | None = None, wait_s: float = 10.0) -> dict[str, Any]:
+              options: Mapping[str, Any] | None = None, transfer: TransferLike | None = None,
+              host_budget: int | None = None, wait_s: float = 10.0) -> dict[str, Any]:
         """Solve and return the remat.result/v1, polling the job for as long as the solve takes.
 
-        ``options`` are the strategy's own (:func:`remat.solvers.solve`'s). Raises ServiceError when the
-        request is refused or the job fails without a result.
+        ``options`` are the strategy's own (:func:`remat.solvers.solve`'s); ``transfer`` (a Transfer, or the
+        request's ``transfer`` object) and ``host_budget`` (bytes) are for strategies that offload. Raises
+        ServiceError when the request is refused or the job fails without a result.
         """
         response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
                                     backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, options=options,
-                                    wait_s=wait_s)
+                                    transfer=_transfer_doc(transfer), host_budget=host_budget, wait_s=wait_s)
         if response.status_code == 200:
             result: dict[str, Any] = response.json()
             return result
@@ -172,10 +178,14 @@ class Client:
 
     def sweep(self, graph: Graph | Mapping[str, Any], *, strategies: Sequence[str] | None = None,
               budgets: Sequence[int] | None = None, backend: str = "auto", time_limit_s: float | None = None,
-              mip_gap: float | None = None) -> dict[str, Any]:
-        """Start a sweep; returns its summary (``id``, ``status``, counts). Poll it with get_sweep."""
+              mip_gap: float | None = None, transfer: TransferLike | None = None,
+              host_budget: int | None = None) -> dict[str, Any]:
+        """Start a sweep; returns its summary (``id``, ``status``, counts). Poll it with get_sweep.
+
+        With ``transfer``, the default strategies include those that offload."""
         body = _without_none({"graph": _graph_doc(graph), "strategies": strategies, "budgets": budgets,
-                              "backend": backend, "time_limit_s": time_limit_s, "mip_gap": mip_gap})
+                              "backend": backend, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
+                              "transfer": _transfer_doc(transfer), "host_budget": host_budget})
         sweep: dict[str, Any] = self._request("POST", "/v1/sweeps", json=body).json()
         return sweep
 
@@ -202,6 +212,45 @@ class Client:
             if doc["status"] in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
                 return doc if summary else self.get_sweep(sweep_id)
             time.sleep(poll_s)
+
+    # -- max-batch searches ------------------------------------------------------------------------
+
+    def max_batch(self, graphs: Mapping[int, Graph | Mapping[str, Any]], *, budget: int,
+                  max_overhead: float | None = None, strategies: Sequence[str] | None = None, backend: str = "auto",
+                  time_limit_s: float | None = None, mip_gap: float | None = None) -> dict[str, Any]:
+        """Start a search for the largest batch each strategy fits in ``budget`` bytes, from the model's graphs at
+        two or more batch sizes (``{batch: graph}``); returns its summary (``id``, ``status``). Poll it with
+        get_max_batch or wait_max_batch."""
+        body = _without_none({"graphs": [{"batch": b, "graph": _graph_doc(g)} for b, g in graphs.items()],
+                              "budget": budget, "max_overhead": max_overhead, "strategies": strategies,
+                              "backend": backend, "time_limit_s": time_limit_s, "mip_gap": mip_gap})
+        search: dict[str, Any] = self._request("POST", "/v1/max-batch", json=body).json()
+        return search
+
+    def get_max_batch(self, search_id: str, *, summary: bool = False) -> dict[str, Any]:
+        """The remat.max-batch/v1 document: each strategy's batch so far and its trials, and the chosen plan's
+        result (without its schedule, plan and log when ``summary``)."""
+        params = {"result": "summary"} if summary else None
+        doc: dict[str, Any] = self._request("GET", f"/v1/max-batch/{search_id}", params=params).json()
+        return doc
+
+    def wait_max_batch(self, search_id: str, *, poll_s: float = 1.0, timeout_s: float | None = SWEEP_WAIT_S,
+                       on_poll: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Poll the search (its result summarized) until it has ended, or for ``timeout_s`` (None: however long it
+        takes); then the whole document. ``on_poll`` sees each polled document, the last one included."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            doc = self.get_max_batch(search_id, summary=True)
+            if on_poll is not None:
+                on_poll(doc)
+            if doc["status"] in TERMINAL or (deadline is not None and time.monotonic() >= deadline):
+                return self.get_max_batch(search_id)
+            time.sleep(poll_s)
+
+    def cancel_max_batch(self, search_id: str) -> dict[str, Any]:
+        """End the search now: each strategy keeps the largest batch found so far."""
+        search: dict[str, Any] = self._request("POST", f"/v1/max-batch/{search_id}/cancel").json()
+        return search
 
     def strategies(self) -> dict[str, Any]:
         """The service's strategies, with their backends and the backends installed there."""
@@ -256,6 +305,10 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _graph_doc(graph: Graph | Mapping[str, Any]) -> dict[str, Any]:
     return graph.to_json() if isinstance(graph, Graph) else dict(graph)
+
+
+def _transfer_doc(transfer: TransferLike | None) -> dict[str, Any] | None:
+    return transfer.to_json() if isinstance(transfer, Transfer) else None if transfer is None else dict(transfer)
 
 
 def _without_none(body: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The data behind a job's page: its schedule as R/S heat maps, memory over the plan against the budget,
-and the plan's statistics (recomputations per node, arena size).
+and the plan's statistics (recomputations per node, arena size); for a plan with transfers, its streams
+and memory over time instead (:mod:`._streams_view`).
 
 Everything is recomputed from the result's plan by the simulator and :func:`remat.schedules.layout_plan`,
 so the page shows what the plan does, not what a solver claimed. Big inputs are reduced on the server so
@@ -18,16 +19,26 @@ from typing import Any
 
 import numpy as np
 
-from remat.schedules import Graph, Plan, ScheduleEntries, Simulation, byte_unit, format_size, layout_plan, simulate
+from remat.schedules import (
+    Graph,
+    Plan,
+    ScheduleEntries,
+    Simulation,
+    Transfer,
+    byte_unit,
+    format_size,
+    layout_plan,
+    simulate,
+)
 
+from ._envelope import memory_envelope
+from ._streams_view import memory_time_figure, streams_figure
 from ._sweep_view import strategy_color
 
-__all__ = ["MAX_SIDE", "MAX_STEPS", "Blocks", "PlanStats", "job_figures", "memory_envelope", "plan_stats", "run_blocks"]
+__all__ = ["MAX_SIDE", "Blocks", "PlanStats", "job_figures", "plan_stats", "run_blocks"]
 
 MAX_SIDE = 400
 """Most rows or columns of a heat map sent to the browser."""
-MAX_STEPS = 1500
-"""Most points of the memory line sent to the browser."""
 TOP_NODES = 12
 """Most recomputed nodes listed by name."""
 LARGEST_FIRST_BUFFERS = 2000
@@ -82,25 +93,6 @@ def run_blocks(shape: tuple[int, int], cols: np.ndarray, starts: np.ndarray, end
     return Blocks(sums / np.outer(row_sizes, col_sizes), rs, cs)
 
 
-def memory_envelope(timeline: np.ndarray, max_points: int = MAX_STEPS) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, memory): the timeline itself, or, when longer than ``max_points``, the highest memory of
-    each span of steps and the step where it happened.
-
-    >>> steps, memory = memory_envelope(np.array([1, 5, 2, 2, 7, 1, 3]), 3)
-    >>> steps.tolist(), memory.tolist()
-    ([1, 4, 6], [5, 7, 3])
-    """
-    n = len(timeline)
-    span = max(1, math.ceil(n / max_points))
-    if span == 1:
-        return np.arange(n), np.asarray(timeline)
-    buckets = math.ceil(n / span)
-    padded = np.full(buckets * span, np.iinfo(np.int64).min, dtype=np.int64)
-    padded[:n] = timeline
-    where = padded.reshape(buckets, span).argmax(axis=1) + span * np.arange(buckets)
-    return where, np.asarray(timeline)[where]
-
-
 @dataclass(frozen=True)
 class PlanStats:
     """What a plan does, from the simulator and the arena layout."""
@@ -119,28 +111,51 @@ class PlanStats:
     """activation peak / arena size (1.0: no byte lost to fragmentation)."""
     top: tuple[tuple[str, int, float], ...]
     """The most recomputed nodes: (id, extra computes, extra cost), by extra cost, then extra computes."""
+    offloads: int = 0
+    reloads: int = 0
+    host_peak_memory: int = 0
+    peak_time: float | None = None
+    """When device memory reached its peak, for a plan with transfers (which runs in time)."""
+
+    @property
+    def timed(self) -> bool:
+        """Whether the plan copies values to host memory and back (its streams run in time)."""
+        return self.offloads + self.reloads > 0
 
 
-def plan_stats(graph: Graph, plan: Plan, sim: Simulation) -> PlanStats:
-    """Statistics of ``plan`` (already simulated as ``sim``), including its arena layout."""
-    layout = layout_plan(graph, plan, largest_first_limit=LARGEST_FIRST_BUFFERS)
+def plan_stats(graph: Graph, plan: Plan, sim: Simulation, transfer: Transfer | None = None) -> PlanStats:
+    """Statistics of ``plan`` (already simulated as ``sim``, with ``transfer`` if it has copies): its copies and
+    its arena layout."""
     extra = sim.compute_counts - 1
     extra_cost = extra * graph.cost
     order = sorted(np.flatnonzero(extra > 0).tolist(), key=lambda v: (-extra_cost[v], -extra[v]))[:TOP_NODES]
-    return PlanStats(
-        steps=len(plan), computes=int(sim.compute_counts.sum()), recomputations=sim.recomputations,
-        recomputed_nodes=int((extra > 0).sum()), peak_memory=sim.peak_memory, peak_step=sim.peak_step,
-        arena_size=layout.arena_size, activation_peak=layout.activation_peak, efficiency=layout.efficiency,
-        top=tuple((graph.nodes[v].id, int(extra[v]), float(extra_cost[v])) for v in order))
+    common = dict(steps=len(plan), computes=int(sim.compute_counts.sum()), recomputations=sim.recomputations,
+                  recomputed_nodes=int((extra > 0).sum()), peak_memory=sim.peak_memory, peak_step=sim.peak_step,
+                  top=tuple((graph.nodes[v].id, int(extra[v]), float(extra_cost[v])) for v in order))
+    layout = layout_plan(graph, plan, largest_first_limit=LARGEST_FIRST_BUFFERS, transfer=transfer)
+    arena = dict(arena_size=layout.arena_size, activation_peak=layout.activation_peak, efficiency=layout.efficiency)
+    if sim.timing is not None:
+        return PlanStats(**common, **arena, offloads=len(sim.timing.stream("offload")),
+                         reloads=len(sim.timing.stream("reload")), host_peak_memory=sim.host_peak_memory,
+                         peak_time=sim.timing.spans[sim.peak_step].start)
+    return PlanStats(**common, **arena)
 
 
 def job_figures(graph: Graph, result: Mapping[str, Any]) -> tuple[dict[str, Any], PlanStats]:
-    """The Plotly figures of a result that has a plan (``R``, ``S``, ``memory``, ``recompute``) and its stats."""
+    """The Plotly figures of a result that has a plan (``memory``, ``recompute``, and ``R`` and ``S`` when it
+    has a schedule) and its stats. A plan with transfers is simulated with the result's ``transfer`` and
+    drawn in time: its ``streams`` as lanes, and ``memory`` over time."""
     plan = Plan.from_json(graph, result["plan"])
-    sim = simulate(graph, plan)
+    transfer = None if result.get("transfer") is None else Transfer.from_json(result["transfer"])
+    sim = simulate(graph, plan, transfer=transfer)
     color = strategy_color(str(result["strategy"]))
-    figures = {"memory": _memory_figure(graph, plan, sim, int(result["budget"]), color),
-               "recompute": _recompute_figure(graph, sim, color)}
+    budget = int(result["budget"])
+    if sim.timing is None:
+        figures = {"memory": _memory_figure(graph, plan, sim, budget, color)}
+    else:
+        figures = {"streams": streams_figure(graph, sim.timing, color),
+                   "memory": memory_time_figure(graph, sim, budget, color)}
+    figures["recompute"] = _recompute_figure(graph, sim, color)
     if result.get("schedule") is not None:
         entries = ScheduleEntries.from_json(graph, result["schedule"])
         shape = (entries.stages, graph.size)
@@ -148,7 +163,7 @@ def job_figures(graph: Graph, result: Mapping[str, Any]) -> tuple[dict[str, Any]
                                            entries.compute_stage + 1), color)
         figures["S"] = _heatmap(run_blocks(shape, entries.retain_node, entries.retain_start, entries.retain_end),
                                 color)
-    return figures, plan_stats(graph, plan, sim)
+    return figures, plan_stats(graph, plan, sim, transfer)
 
 
 def _heatmap(blocks: Blocks, color: str) -> dict[str, Any]:

@@ -21,10 +21,11 @@ from remat.schedules import format_size
 
 from ._assets import ASSETS
 from ._job_view import PlanStats
+from ._max_batch_view import max_batch_figure, max_batch_rows
 from ._sweep_view import SweepView, strategy_color, sweep_figure, sweep_table
 
-__all__ = ["TEMPLATE_DIR", "job_update", "render_index", "render_job", "render_login", "render_report",
-           "render_root", "render_sweep", "sweep_update"]
+__all__ = ["TEMPLATE_DIR", "job_update", "max_batch_update", "render_index", "render_job", "render_login",
+           "render_max_batch", "render_report", "render_root", "render_sweep", "sweep_update"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -52,7 +53,10 @@ def _icon(ctx: Context) -> Markup:
     return Markup(f'<link rel="icon" type="image/svg+xml" href="{href}">')  # noqa: S704
 
 
-def _when(moment: datetime | None) -> str:
+def _when(moment: datetime | str | None) -> str:
+    """A moment (or its ISO 8601 text, as documents on the wire carry it) as the pages write it."""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -73,9 +77,10 @@ def render_root(*, version: str) -> str:
 
 
 def render_index(*, sweeps: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, Any]],
-                 summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    """``/dashboard``: recent sweeps (with their jobs' counts) and recent jobs (with their results' numbers)."""
-    return _render("index.html", sweeps=sweeps, jobs=jobs, summaries=summaries)
+                 summaries: Mapping[str, Mapping[str, Any]], max_batches: Sequence[Mapping[str, Any]] = ()) -> str:
+    """``/dashboard``: recent sweeps (with their jobs' counts), max-batch searches, and recent jobs (with their
+    results' numbers)."""
+    return _render("index.html", sweeps=sweeps, jobs=jobs, summaries=summaries, max_batches=max_batches)
 
 
 def _sweep_fragments(view: SweepView, *, links: bool) -> dict[str, str]:
@@ -114,6 +119,24 @@ def render_job(job: Mapping[str, Any], result: Mapping[str, Any] | None, *, figu
     """``/dashboard/jobs/{id}``: the job, its result's numbers, its plan's figures and statistics."""
     data = {"figures": dict(figures), "poll": poll}
     return _render("job.html", job=job, result=result, stats=stats, data=data, notice=notice)
+
+
+def _max_batch_fragments(doc: Mapping[str, Any]) -> dict[str, str]:
+    return {"max-batch-progress": _render("_max_batch_progress.html", doc=doc),
+            "max-batch-table": _render("_max_batch_table.html", rows=max_batch_rows(doc)),
+            "max-batch-chosen": _render("_max_batch_chosen.html", doc=doc)}
+
+
+def max_batch_update(doc: Mapping[str, Any], *, poll: str | None) -> dict[str, Any]:
+    """What a live max-batch page swaps in: the bars, the table, the progress; ``poll`` again unless None."""
+    return {"figures": {"batches": max_batch_figure(doc)}, "html": _max_batch_fragments(doc), "poll": poll}
+
+
+def render_max_batch(doc: Mapping[str, Any], *, poll: str | None) -> str:
+    """``/dashboard/max-batch/{id}``: a remat.max-batch/v1 document as bars (the Checkmate paper's Figure 6), a
+    table and the plan to use, live while ``poll`` is set."""
+    data = {"figures": {"batches": max_batch_figure(doc)}, "poll": poll}
+    return _render("max_batch.html", doc=doc, data=data, fragments=_max_batch_fragments(doc))
 
 
 def render_login(*, next_url: str, message: str) -> str:

@@ -22,7 +22,14 @@ from ._graph import GRAPH_FORMAT, MAX_TOTAL_BYTES, Graph, GraphLimits, Kind, Nod
 from ._layout import Buffer, Layout, layout_plan
 from ._numbers import whole_number
 from ._plan import Op, Plan, checkpoint_all_plan
-from ._schedule import Schedule, ScheduleEntries, checkpoint_all_schedule, plan_from_schedule, recompute_closure
+from ._schedule import (
+    Schedule,
+    ScheduleEntries,
+    checkpoint_all_schedule,
+    plan_from_schedule,
+    plan_peak_and_cost,
+    recompute_closure,
+)
 from ._simulate import Simulation, Span, Timing, simulate, simulate_schedule
 from ._transfer import TRANSFER_PROFILES, LinkProfile, Transfer
 
@@ -64,6 +71,7 @@ __all__ = [
     "layout_plan",
     "parse_size",
     "plan_from_schedule",
+    "plan_peak_and_cost",
     "recompute_closure",
     "resolve_budget",
     "simulate",

@@ -192,6 +192,14 @@ class Graph:
         return tuple(tuple(us) for us in out)
 
     @cached_property
+    def dep_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """deps as two int64 arrays, ``(offsets, flat)``: ``flat[offsets[v]:offsets[v + 1]]`` is deps[v]."""
+        flat = np.fromiter((u for n in self.nodes for u in n.deps), dtype=np.int64, count=self.edge_count)
+        offsets = np.zeros(self.size + 1, dtype=np.int64)
+        np.cumsum([len(n.deps) for n in self.nodes], out=offsets[1:])
+        return offsets, flat
+
+    @cached_property
     def edges(self) -> tuple[tuple[int, int], ...]:
         """(u, v) for every dep u of v, in node order."""
         return tuple((u, v) for v, n in enumerate(self.nodes) for u in n.deps)

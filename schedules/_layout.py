@@ -1,6 +1,8 @@
 """Static memory layout: an offset in one arena for every value a plan computes.
 
-Each compute starts a buffer that lives until its free (or the plan's end). Buffers whose
+Each compute starts a buffer that lives until its free (or the plan's end); in a plan with transfers,
+a reload starts one too and an offload ends one, in the order the simulator's time model makes
+them take effect. Buffers whose
 lifetimes do not overlap may share bytes: the liveness-based sharing of the MXNet memory note and
 Chen et al. (2016), section 4. Placement is greedy by size, largest first, each at the lowest
 offset that clashes with no placed buffer alive at the same time; that costs time quadratic in the
@@ -18,7 +20,8 @@ import numpy as np
 
 from ._graph import Graph
 from ._plan import Plan
-from ._simulate import simulate
+from ._simulate import Simulation, simulate
+from ._transfer import Transfer
 
 __all__ = ["SIZE_ORDER_LIMIT", "Buffer", "Layout", "layout_plan"]
 
@@ -28,7 +31,8 @@ SIZE_ORDER_LIMIT = 20_000
 
 @dataclass(frozen=True)
 class Buffer:
-    """One computed value: node index, lifetime [start, end) in plan steps, and its place."""
+    """One computed (or reloaded) value: node index, lifetime [start, end) in plan steps (for a plan with
+    transfers, in ranks of the order its memory events take effect), and its place."""
 
     node: int
     start: int
@@ -51,9 +55,11 @@ class Layout:
         return self.activation_peak / self.arena_size if self.arena_size else 1.0
 
 
-def layout_plan(graph: Graph, plan: Plan, *, largest_first_limit: int | None = None) -> Layout:
+def layout_plan(graph: Graph, plan: Plan, *, largest_first_limit: int | None = None,
+                transfer: Transfer | None = None) -> Layout:
     """Place every buffer of ``plan`` (which must be valid) in one arena: largest first up to
-    ``largest_first_limit`` buffers (default ``SIZE_ORDER_LIMIT``), in plan order beyond.
+    ``largest_first_limit`` buffers (default ``SIZE_ORDER_LIMIT``), in plan order beyond. A plan
+    with transfers needs ``transfer``, as :func:`simulate` does.
 
     Examples
     --------
@@ -66,8 +72,8 @@ def layout_plan(graph: Graph, plan: Plan, *, largest_first_limit: int | None = N
     >>> lay.arena_size, lay.activation_peak, [b.offset for b in lay.buffers]
     (8, 8, [0, 4, 0])
     """
-    sim = simulate(graph, plan)
-    lifetimes = _lifetimes(graph, plan)
+    sim = simulate(graph, plan, transfer=transfer)
+    lifetimes = _lifetimes(graph, plan, sim)
     limit = SIZE_ORDER_LIMIT if largest_first_limit is None else largest_first_limit
     place = _by_size if len(lifetimes) <= limit else _in_plan_order
     offsets = place(lifetimes)
@@ -130,19 +136,25 @@ def _release(holes: list[tuple[int, int]], offset: int, size: int, top: int) -> 
     return top
 
 
-def _lifetimes(graph: Graph, plan: Plan) -> list[tuple[int, int, int, int]]:
-    """(node, first step, step after the last, size) for each compute, in plan order."""
+def _lifetimes(graph: Graph, plan: Plan, sim: Simulation) -> list[tuple[int, int, int, int]]:
+    """(node, first rank, rank after the last, size) for each buffer, in the order the buffers open.
+
+    Ranks are plan steps for a plan without transfers, and positions in the simulator's order of memory
+    events (``Timing.effect_order``) for one with transfers, where streams run side by side.
+    """
+    order = range(len(plan.steps)) if sim.timing is None else sim.timing.effect_order
     open_at: dict[int, int] = {}
     out: list[tuple[int, int, int, int]] = []
     mem = graph.memory
-    for k, (op, v) in enumerate(plan.steps):
-        if op == "compute":
+    for rank, k in enumerate(order):
+        op, v = plan.steps[k]
+        if op in ("compute", "reload"):
             open_at[v] = len(out)
-            out.append((v, k, len(plan.steps), int(mem[v])))
-        else:
+            out.append((v, rank, len(order), int(mem[v])))
+        elif op in ("free", "offload"):
             j = open_at.pop(v)
             node, start, _, size = out[j]
-            out[j] = (node, start, k, size)
+            out[j] = (node, start, rank, size)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Plans (remat.plan/v1): lists of ``compute v``, ``free v``, ``offload v`` and ``reload v`` statements.
+"""Plans (remat.plan/v1): lists of ``compute v``, ``free v``, ``offload v``, ``reload v`` and ``wait v`` statements.
 
 What a plan costs and how much memory it needs is the simulator's to say (:mod:`._simulate`,
 docs/plans.md).
@@ -19,11 +19,13 @@ __all__ = [
     "checkpoint_all_plan",
 ]
 
-Op = Literal["compute", "free", "offload", "reload"]
-"""A statement's operation: ``offload`` and ``reload`` copy a value to host memory and back."""
+Op = Literal["compute", "free", "offload", "reload", "wait"]
+"""A statement's operation: ``offload`` and ``reload`` copy a value to host memory and back; ``wait`` holds
+the computation until an offload's copy has ended (and its device memory is released)."""
 
-OPS: tuple[Op, ...] = ("compute", "free", "offload", "reload")
-TRANSFER_OPS: tuple[Op, ...] = ("offload", "reload")
+OPS: tuple[Op, ...] = ("compute", "free", "offload", "reload", "wait")
+TRANSFER_OPS: tuple[Op, ...] = ("offload", "reload", "wait")
+"""The statements that only a plan with transfers has (it runs in time)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Plan:
         for k, st in enumerate(doc):
             if not isinstance(st, dict) or st.get("op") not in OPS:
                 raise InvalidPlan(
-                    f"Step {k}: must be {{'op': 'compute'|'free'|'offload'|'reload', 'node': id}}.", step=k)
+                    f"Step {k}: must be {{'op': 'compute'|'free'|'offload'|'reload'|'wait', 'node': id}}.", step=k)
             node = st.get("node")
             if not isinstance(node, str) or node not in graph.index:
                 raise InvalidPlan(f"Step {k}: node {node!r} is not a node of the graph.", step=k)

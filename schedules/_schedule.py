@@ -27,47 +27,95 @@ import numpy as np
 from ._errors import InvalidSchedule
 from ._graph import Graph
 from ._plan import Op, Plan
+from ._sparse import Runs, closure_computes, merged_runs, peak_and_cost_of_entries, plan_of_entries, run_stage
 
 __all__ = [
     "Schedule",
     "ScheduleEntries",
     "checkpoint_all_schedule",
     "plan_from_schedule",
+    "plan_peak_and_cost",
     "recompute_closure",
 ]
 
 
-@dataclass(frozen=True, eq=False)
 class Schedule:
-    """R and S, both ``(stages, nodes)`` boolean arrays, one stage per node."""
+    """R and S, both ``(stages, nodes)`` boolean arrays, one stage per node.
 
-    R: np.ndarray
-    S: np.ndarray
+    A schedule made by :meth:`of_entries` holds only its set entries (:class:`ScheduleEntries`) and makes
+    R and S when something first reads them; its plan and JSON come from the entries, in time and memory
+    proportional to them rather than to stages x nodes.
+    """
 
-    def __post_init__(self) -> None:
-        if self.R.shape != self.S.shape or self.R.ndim != 2 or self.R.shape[0] != self.R.shape[1]:
-            raise InvalidSchedule(f"R and S must be square and of one shape, got {self.R.shape} and {self.S.shape}.")
-        object.__setattr__(self, "R", np.ascontiguousarray(self.R, dtype=bool))
-        object.__setattr__(self, "S", np.ascontiguousarray(self.S, dtype=bool))
+    __slots__ = ("_entries", "_matrices")
+
+    def __init__(self, R: np.ndarray, S: np.ndarray) -> None:
+        R, S = np.asarray(R), np.asarray(S)
+        if R.shape != S.shape or R.ndim != 2 or R.shape[0] != R.shape[1]:
+            raise InvalidSchedule(f"R and S must be square and of one shape, got {R.shape} and {S.shape}.")
+        self._matrices: tuple[np.ndarray, np.ndarray] | None = (
+            np.ascontiguousarray(R, dtype=bool), np.ascontiguousarray(S, dtype=bool))
+        self._entries: ScheduleEntries | None = None
+
+    @classmethod
+    def of_entries(cls, entries: ScheduleEntries) -> Schedule:
+        """The schedule whose set entries are ``entries``, without making its matrices."""
+        schedule = cls.__new__(cls)
+        schedule._matrices, schedule._entries = None, entries
+        return schedule
+
+    def __getstate__(self) -> tuple[ScheduleEntries | None, tuple[np.ndarray, np.ndarray] | None]:
+        return self._entries, self._matrices
+
+    def __setstate__(self, state: tuple[ScheduleEntries | None, tuple[np.ndarray, np.ndarray] | None]) -> None:
+        self._entries, self._matrices = state
+
+    @property
+    def R(self) -> np.ndarray:
+        """``R[t, i]``: node i is computed in stage t."""
+        return self._dense()[0]
+
+    @property
+    def S(self) -> np.ndarray:
+        """``S[t, i]``: node i is resident at the start of stage t."""
+        return self._dense()[1]
+
+    @property
+    def entries(self) -> ScheduleEntries:
+        """The set entries of R and S."""
+        if self._entries is None:
+            self._entries = ScheduleEntries.of(self)
+        return self._entries
+
+    @property
+    def has_entries(self) -> bool:
+        """Whether the schedule's entries are at hand (it was made from them, or they were asked for):
+        its plan then comes from them."""
+        return self._entries is not None
 
     @property
     def stages(self) -> int:
         """How many stages (one per node of its graph)."""
-        return int(self.R.shape[0])
+        return self._entries.stages if self._entries is not None else int(self.R.shape[0])
 
     def to_json(self, graph: Graph, *, full: bool = False) -> dict[str, Any]:
         """The compact JSON form (see the module), or with ``full`` every stage's whole retained set."""
-        return ScheduleEntries.of(self).to_json(graph, full=full)
+        return self.entries.to_json(graph, full=full)
 
     @classmethod
     def from_json(cls, graph: Graph, doc: Any) -> Schedule:
         """Read either JSON form; every stage lists node ids of ``graph``."""
-        return ScheduleEntries.from_json(graph, doc).dense()
+        return cls.of_entries(ScheduleEntries.from_json(graph, doc))
 
     @property
     def compute_count(self) -> int:
         """How many computations R holds, recomputations included."""
-        return int(self.R.sum())
+        return len(self._entries.compute_node) if self._entries is not None else int(self.R.sum())
+
+    def _dense(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._matrices is None:
+            self._matrices = self.entries.matrices()
+        return self._matrices
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,12 +132,25 @@ class ScheduleEntries:
     retain_end: np.ndarray
 
     @property
+    def runs(self) -> Runs:
+        """S's runs: ``(retain_node, retain_start, retain_end)``."""
+        return Runs(self.retain_node, self.retain_start, self.retain_end)
+
+    @property
     def full_size(self) -> int:
         """Node ids in the full JSON form: every compute plus every retained (stage, node)."""
         return len(self.compute_node) + int((self.retain_end - self.retain_start).sum())
 
     @classmethod
+    def retaining(cls, graph: Graph, node: np.ndarray, start: np.ndarray, end: np.ndarray) -> ScheduleEntries:
+        """The schedule that retains ``node[k]`` over stages ``start[k] <= t < end[k]`` (runs may overlap,
+        touch or be empty) and computes what :func:`recompute_closure` would for that S."""
+        runs = merged_runs(node, start, end)
+        return cls(graph.size, *closure_computes(graph, runs), *runs)
+
+    @classmethod
     def of(cls, schedule: Schedule) -> ScheduleEntries:
+        """The entries of a schedule's matrices."""
         stage, node = np.nonzero(schedule.R)
         starts: list[tuple[list[int], int]] = []
         ends: list[tuple[int, int]] = []
@@ -117,7 +178,7 @@ class ScheduleEntries:
         return cls(stages, np.asarray(stage, dtype=np.int64), np.asarray(node, dtype=np.int64), run_node,
                    run_start, run_end)
 
-    def dense(self) -> Schedule:
+    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
         """The R and S matrices (stages x nodes booleans)."""
         R = np.zeros((self.stages, self.stages), dtype=bool)
         R[self.compute_stage, self.compute_node] = True
@@ -125,7 +186,7 @@ class ScheduleEntries:
         for v, a, b in zip(self.retain_node.tolist(), self.retain_start.tolist(), self.retain_end.tolist(),
                            strict=True):
             S[a:b, v] = True
-        return Schedule(R, S)
+        return R, S
 
     def to_json(self, graph: Graph, *, full: bool = False) -> dict[str, Any]:
         """The compact JSON form, or the full one (see the module)."""
@@ -212,20 +273,21 @@ def _by_stage(stages: int, stage: np.ndarray, node: np.ndarray) -> list[np.ndarr
 
 def checkpoint_all_schedule(graph: Graph) -> Schedule:
     """Every node computed once, in its own stage, and kept until its last use."""
-    n = graph.size
-    R = np.eye(n, dtype=bool)
-    S = np.zeros((n, n), dtype=bool)
-    for v, last in enumerate(graph.last_use):
-        S[v + 1:last + 1, v] = True
-    return Schedule(R, S)
+    nodes = np.arange(graph.size, dtype=np.int64)
+    last_use = np.asarray(graph.last_use, dtype=np.int64)
+    kept = last_use > nodes
+    runs = Runs(nodes[kept], nodes[kept] + 1, last_use[kept] + 1)
+    return Schedule.of_entries(ScheduleEntries(graph.size, nodes, nodes.copy(), *runs))
 
 
-def recompute_closure(graph: Graph, S: np.ndarray) -> np.ndarray:
+def recompute_closure(graph: Graph, S: np.ndarray, *, reloads: np.ndarray | None = None) -> np.ndarray:
     """The cheapest R for a retention choice S: compute what each stage needs, nothing more.
 
     Stage t computes node t, every value that S keeps from stage t + 1 on but does not hold at
     the start of t, and, transitively, every dep of those that is not resident. Because deps
     come earlier, one descending sweep per stage closes the set (Checkmate's ``solve_r_opt``).
+    A value that ``reloads[t]`` copies back from host memory during stage t arrives for stage t + 1
+    without being computed.
     """
     n = graph.size
     S = np.asarray(S, dtype=bool)
@@ -235,6 +297,8 @@ def recompute_closure(graph: Graph, S: np.ndarray) -> np.ndarray:
     R = np.zeros((n, n), dtype=bool)
     appearing = np.zeros((n, n), dtype=bool)
     appearing[:-1] = S[1:] & ~S[:-1]
+    if reloads is not None:
+        appearing &= ~reloads
     for t in range(n):
         needed = R[t]
         held = S[t]
@@ -251,20 +315,31 @@ def recompute_closure(graph: Graph, S: np.ndarray) -> np.ndarray:
     return R
 
 
-def plan_from_schedule(graph: Graph, schedule: Schedule) -> Plan:
+def plan_from_schedule(graph: Graph, schedule: Schedule, *, offloads: np.ndarray | None = None,
+                       reloads: np.ndarray | None = None, waits: bool = False) -> Plan:
     """Algorithm 1 of the Checkmate paper: the plan that runs (R, S), freeing values as early as it can.
 
     A value is freed at the start of a stage when the stage does not read it and S does not keep it
     into the next stage, and otherwise right after its last reader in the stage. A compute of a
     value that is already resident is redundant and dropped. Raises InvalidSchedule when a compute
-    needs a value that is not resident or S keeps a value that does not exist.
+    needs a value that is not resident or S keeps a value that does not exist. A schedule that has its
+    entries (and no copies) is read from them, in time proportional to the plan rather than to stages x nodes.
+
+    ``offloads`` and ``reloads`` (boolean arrays shaped like R) add copies to host memory and back:
+    where ``offloads[t, i]`` the plan offloads i in stage t instead of freeing it (so S must not keep i
+    into stage t + 1); ``reloads[t, i]`` reloads i at the start of stage t, before its computes, for
+    stage t + 1 on (a prefetch: the copy overlaps the stage's computes). With ``waits``, stage t + 1 begins by
+    waiting for the offloads of stage t, so that their values have left the device before it allocates.
     """
     n = graph.size
-    if schedule.R.shape != (n, n):
+    if schedule.stages != n:
         raise InvalidSchedule(f"The schedule has {schedule.stages} stages; the graph has {n} nodes.")
+    if schedule.has_entries and offloads is None and reloads is None:
+        entries = schedule.entries
+        return plan_of_entries(graph, entries.compute_stage, entries.compute_node, entries.runs)
     ids = graph.ids
-    deps = graph.deps
     R, S = schedule.R, schedule.S
+    offloads = np.zeros((n, n), dtype=bool) if offloads is None else offloads
     resident = np.zeros(n, dtype=bool)
     steps: list[tuple[Op, int]] = []
     no_retain = np.zeros(n, dtype=bool)
@@ -276,26 +351,32 @@ def plan_from_schedule(graph: Graph, schedule: Schedule) -> Plan:
                 f"Stage {t}: S keeps {ids[i]!r}, which is not resident after stage {t - 1}.", stage=t, node=ids[i]
             )
         keep = S[t + 1] if t + 1 < n else no_retain
-        computed = [int(v) for v in np.flatnonzero(R[t] & ~resident)]
-        last_read: dict[int, int] = {}
-        for pos, v in enumerate(computed):
-            for u in deps[v]:
-                last_read[u] = pos
-        for w in map(int, np.flatnonzero(resident & ~keep)):
-            if w not in last_read:
-                steps.append(("free", w))
-                resident[w] = False
-        for pos, v in enumerate(computed):
-            for u in deps[v]:
-                if not resident[u]:
-                    raise InvalidSchedule(
-                        f"Stage {t}: computing {ids[v]!r} needs {ids[u]!r}, which is neither retained nor "
-                        f"computed earlier in the stage.", stage=t, node=ids[v],
-                    )
-            steps.append(("compute", v))
-            resident[v] = True
-            for u in (*deps[v], v):
-                if resident[u] and not keep[u] and last_read.get(u, -1) <= pos:
-                    steps.append(("free", u))
-                    resident[u] = False
+        kept_offloads = np.flatnonzero(offloads[t] & keep)
+        if kept_offloads.size:
+            i = int(kept_offloads[0])
+            raise InvalidSchedule(f"Stage {t}: {ids[i]!r} is offloaded, but S keeps it into stage {t + 1}.",
+                                  stage=t, node=ids[i])
+        if waits and t:
+            steps.extend(("wait", int(v)) for v in np.flatnonzero(offloads[t - 1]))
+        if reloads is not None:
+            for v in map(int, np.flatnonzero(reloads[t])):
+                steps.append(("reload", v))
+                resident[v] = True
+        leaving = [int(w) for w in np.flatnonzero(resident & ~keep)]
+
+        def release(w: int, offloaded: np.ndarray = offloads[t]) -> None:
+            steps.append(("offload" if offloaded[w] else "free", w))
+
+        run_stage(graph, t, [int(v) for v in np.flatnonzero(R[t] & ~resident)], leaving, keep, resident, steps, release)
     return Plan(tuple(steps))
+
+
+def plan_peak_and_cost(graph: Graph, schedule: Schedule) -> tuple[int, float]:
+    """The peak memory and cost that :func:`simulate` gives the plan of ``schedule``, without making the plan.
+
+    For searches that judge many schedules of their own making (valid by construction, as those of
+    :meth:`ScheduleEntries.retaining` are) and keep one: the one kept is made into a plan and simulated.
+    Time and memory in proportion to the schedule's entries.
+    """
+    entries = schedule.entries
+    return peak_and_cost_of_entries(graph, entries.compute_stage, entries.compute_node, entries.runs)

@@ -64,6 +64,9 @@ class Timing:
     memory: tuple[tuple[float, int], ...]
     """Device memory over time, fixed memory included: ``(time, bytes in use from then on)``, one entry an
     instant (several share a time where statements take no time, as a compute of cost 0 does)."""
+    effect_order: tuple[int, ...] = ()
+    """The steps that allocate or release device memory, in the order they take effect (time order,
+    releases before allocations at one instant): what a memory layout of the plan follows."""
 
     def stream(self, op: Op) -> tuple[Span, ...]:
         """The spans of the ``compute``, ``offload`` or ``reload`` stream (or the ``free`` statements)."""
@@ -95,6 +98,10 @@ class Simulation:
     def host_peak_memory(self) -> int:
         """Bytes of host memory the plan's copies hold at most; 0 for a plan without transfers."""
         return 0 if self.timing is None else self.timing.host_peak_memory
+
+    def fits(self, budget: int, host_budget: int | None = None) -> bool:
+        """Whether the peak is within ``budget`` and, when one is given, the host peak within ``host_budget``."""
+        return self.peak_memory <= budget and (host_budget is None or self.host_peak_memory <= host_budget)
 
 
 def simulate(graph: Graph, plan: Plan, *, transfer: Transfer | None = None) -> Simulation:
@@ -244,6 +251,12 @@ def _simulate_in_time(graph: Graph, plan: Plan, transfer: Transfer) -> Simulatio
             on_device[v], on_host[v] = False, k
             host += mem[v]
             events.append((released, 0, k, -mem[v]))
+        elif op == "wait":
+            if on_host[v] is None:
+                raise InvalidPlan(f"Step {k}: wait for the offload of {ids[v]!r}, but it was not offloaded before.",
+                                  step=k, node=ids[v])
+            start = end = computes_end = max(computes_end, copied[v])  # the compute stream holds until the copy ends
+            events.append((start, 1, k, 0))
         elif op == "reload":
             if on_host[v] is None:
                 raise InvalidPlan(f"Step {k}: reload {ids[v]!r}, but it is not on the host; offload it first.",
@@ -269,7 +282,8 @@ def _simulate_in_time(graph: Graph, plan: Plan, transfer: Transfer) -> Simulatio
     timeline = np.empty(len(plan.steps), dtype=np.int64)
     memory: list[tuple[float, int]] = []
     last: Instant | None = None
-    for instant, _, k, delta in sorted(events):
+    events.sort()
+    for instant, _, k, delta in events:
         current += delta
         timeline[k] = current
         if current > peak:
@@ -280,7 +294,8 @@ def _simulate_in_time(graph: Graph, plan: Plan, transfer: Transfer) -> Simulatio
             memory.append((instant[0], current))
             last = instant
     makespan = max((max(s.end, s.released or 0.0) for s in spans), default=0.0)
-    timing = Timing(makespan=makespan, host_peak_memory=host, spans=tuple(spans), memory=tuple(memory))
+    timing = Timing(makespan=makespan, host_peak_memory=host, spans=tuple(spans), memory=tuple(memory),
+                    effect_order=tuple(k for _, _, k, _ in events))
     return Simulation(cost=makespan, peak_memory=peak, peak_step=peak_step, timeline=timeline,
                       compute_counts=np.array(counts, dtype=np.int64), timing=timing)
 

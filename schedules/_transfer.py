@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from ._errors import InvalidRequest
 
@@ -115,7 +116,7 @@ class Transfer:
         default 0: the profiles give bandwidths only) becomes cost units. An unknown name raises
         InvalidRequest listing the known ones.
         """
-        profile = TRANSFER_PROFILES.get(name)
+        profile = TRANSFER_PROFILES.get(name) if isinstance(name, str) else None
         if profile is None:
             known = ", ".join(sorted(TRANSFER_PROFILES))
             raise InvalidRequest(f"No device profile named {name!r}; known profiles: {known}.",
@@ -123,3 +124,35 @@ class Transfer:
         unit = _finite(seconds_per_cost_unit, "seconds_per_cost_unit", positive=True)
         latency = _finite(latency_s, "transfer.latency_s", positive=False)
         return cls(bandwidth=profile.bandwidth_bytes_per_s * unit, latency=latency / unit)
+
+    def to_json(self) -> dict[str, float]:
+        """The ``transfer`` object of a request or result, in the graph's units."""
+        return {"bandwidth": self.bandwidth, "latency": self.latency}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Transfer:
+        """Read a request's ``transfer``: ``{"bandwidth": B, "latency": L}`` in the graph's units (latency
+        optional, default 0), or ``{"profile": NAME, "seconds_per_cost_unit": S}`` (``latency_s`` optional).
+
+        Anything else raises InvalidRequest saying which form is expected.
+        """
+        if not isinstance(doc, Mapping):
+            raise InvalidRequest("'transfer' must be an object: {\"bandwidth\": ..., \"latency\": ...} in the graph's "
+                                 "units, or {\"profile\": NAME, \"seconds_per_cost_unit\": ...}.", field="transfer")
+        forms = {"profile": {"profile", "seconds_per_cost_unit", "latency_s"}, "units": {"bandwidth", "latency"}}
+        form = "profile" if "profile" in doc else "units"
+        unknown = sorted(set(doc) - forms[form])
+        if unknown:
+            raise InvalidRequest(f"Unknown field {unknown[0]!r} in 'transfer'; it takes "
+                                 f"{', '.join(sorted(forms[form]))}.", field="transfer")
+        if form == "profile":
+            if "seconds_per_cost_unit" not in doc:
+                raise InvalidRequest("A transfer profile needs 'seconds_per_cost_unit': how many seconds one unit of "
+                                     "the graph's cost lasts (0.001 for milliseconds).",
+                                     field="transfer.seconds_per_cost_unit")
+            return cls.from_profile(doc["profile"], seconds_per_cost_unit=doc["seconds_per_cost_unit"],
+                                    latency_s=doc.get("latency_s", 0.0))
+        if "bandwidth" not in doc:
+            raise InvalidRequest("'transfer' needs 'bandwidth' (bytes per cost unit) or a 'profile'.",
+                                 field="transfer.bandwidth")
+        return cls(bandwidth=doc["bandwidth"], latency=doc.get("latency", 0.0))

@@ -3,7 +3,8 @@
 ``create_app(settings)`` builds the FastAPI app. Jobs live in a :class:`JobStore`
 (:class:`SqliteStore` embedded, :class:`RedisStore` in cluster mode) and change state only through
 its named transitions; the embedded :class:`LocalExecutor` and the RQ-backed
-:class:`QueueExecutor` run them, each solve in its own child process group.
+:class:`QueueExecutor` run them, each solve in its own child process group. Sweeps and max-batch
+searches (:class:`MaxBatchSearch`) are records over ordinary jobs.
 """
 
 from ._app import create_app
@@ -13,6 +14,7 @@ from ._executor import Executor, open_executor
 from ._jobs import Claim, Job, JobStatus, SolveSpec, reusable
 from ._local import LocalExecutor
 from ._maintenance import check_heartbeat
+from ._max_batches import MaxBatchSearch
 from ._redis import RedisStore
 from ._serve import load_settings, serve, work
 from ._settings import Settings
@@ -28,6 +30,7 @@ __all__ = [
     "JobStatus",
     "JobStore",
     "LocalExecutor",
+    "MaxBatchSearch",
     "QueueExecutor",
     "QueueFull",
     "QueueUnreachable",

@@ -47,6 +47,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.middleware("http")(count_requests)
     app.include_router(routes.health)
     app.include_router(routes.dashboard)
-    for router in (routes.solve, routes.jobs, routes.sweeps, routes.strategies):
+    for router in (routes.solve, routes.jobs, routes.sweeps, routes.max_batch, routes.strategies):
         app.include_router(router, dependencies=[Depends(require_token)])
     return app

@@ -144,6 +144,7 @@ class _WorkerContext:
     owner: str
     config: RunnerConfig
     stopping: threading.Event
+    chores: Chores
 
 
 _worker: _WorkerContext | None = None
@@ -158,6 +159,7 @@ def perform() -> str:
     if job is None:
         return "idle"
     final = run_claimed(_worker.store, job, owner=_worker.owner, config=_worker.config, stopping=_worker.stopping)
+    _worker.chores.job_ended()
     return final.status.value if final is not None else "taken back"
 
 
@@ -172,7 +174,7 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
                           solver_context())
     worker = SimpleWorker([executor.queue], connection=executor.queue.connection, name=name,
                           serializer=JSONSerializer, job_class=Ticket)
-    _worker = _WorkerContext(executor.store, owner_name(worker.name), config, threading.Event())
+    _worker = _WorkerContext(executor.store, owner_name(worker.name), config, threading.Event(), executor.chores)
     executor.start()
     try:
         worker.work(burst=burst, logging_level=settings.log_level.upper())

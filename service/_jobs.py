@@ -30,7 +30,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from remat.schedules import UnknownStrategy
+from remat.schedules import Transfer, UnknownStrategy
 from remat.solvers import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, ResultStatus, StrategyKind, get_strategy
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
 
 JOB_FORMAT = "remat.job/v1"
 _PROVED = {ResultStatus.OPTIMAL.value, ResultStatus.INFEASIBLE.value}
+_OFFLOAD_FIELDS = ("transfer", "host_budget")
 _UNFINISHED_RESULTS = {ResultStatus.TIMEOUT.value, ResultStatus.CANCELLED.value, ResultStatus.ERROR.value}
 
 
@@ -112,14 +113,28 @@ class SolveSpec:
     mip_gap: float = DEFAULT_MIP_GAP
     options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """The strategy's own options (:func:`remat.solvers.solve`'s ``options``)."""
+    transfer: Mapping[str, float] | None = field(default=None, hash=False)
+    """Copy times to host memory and back, in the graph's units (:meth:`remat.schedules.Transfer.to_json`)."""
+    host_budget: int | None = None
+    """Bytes the plan's host copies may hold at most."""
 
     @property
     def key(self) -> str:
-        """The sha256 of the canonical request: equal for identical requests, of any token."""
-        canon = {"format": JOB_FORMAT, "remat": remat_version(), **asdict(self),
+        """The sha256 of the canonical request: equal for identical requests, of any token.
+
+        The offload parameters count only when given, so a request without them keeps the key it had
+        before they existed.
+        """
+        doc = {k: v for k, v in asdict(self).items() if not (k in _OFFLOAD_FIELDS and v is None)}
+        canon = {"format": JOB_FORMAT, "remat": remat_version(), **doc,
                  "time_limit_s": float(self.time_limit_s), "mip_gap": float(self.mip_gap)}
         text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def transfer_params(self) -> Transfer | None:
+        """The request's transfer parameters as :func:`remat.solvers.solve` takes them."""
+        return None if self.transfer is None else Transfer.from_json(self.transfer)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> SolveSpec:

@@ -72,6 +72,7 @@ class LocalExecutor:
                         self._wake.wait(IDLE_WAIT_S)
                     continue
                 run_claimed(self.store, job, owner=owner, config=self.config, stopping=self._stopping)
+                self.chores.job_ended()
             except Exception:
                 log.exception("slot %s: unexpected error; going on", owner)
                 self._stopping.wait(IDLE_WAIT_S)

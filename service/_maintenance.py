@@ -1,8 +1,10 @@
-"""The chores every executor runs beside its solves: take back lost jobs, complete sweeps, expire old records.
+"""The chores every executor runs beside its solves: take back lost jobs, complete sweeps, step max-batch
+searches, expire old records.
 
 Every API replica and every worker runs them (each step is safe to run in several processes at once):
 the reaper queues again, or fails, running jobs whose runner is gone; sweeps get their natural points
-once the heuristics' unconstrained runs have ended; and, every ``expire_interval_s``, what the
+once the heuristics' unconstrained runs have ended; max-batch searches get their next batches (also
+as soon as a job ends, :meth:`Chores.job_ended`); and, every ``expire_interval_s``, what the
 retention settings no longer keep is deleted, so the store does not grow without end. Each pass
 ends by touching the heartbeat file, which ``remat healthcheck`` reads.
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from remat.schedules import RematError
 
+from ._batch_planner import advance_max_batches
 from ._jobs import Job
 from ._planner import complete_sweeps
 from ._settings import Settings
@@ -34,25 +37,35 @@ class Chores:
         self.store = store
         self.dispatch = dispatch
         self.retention = settings.retention
+        self.graph_limits = settings.graph_limits
         self.expire_interval_s = settings.expire_interval_s
         self.heartbeat_file = settings.heartbeat_file
         self._expired_at = -float("inf")
 
     def run(self) -> None:
-        """One pass: migrate (once), reap, complete sweeps, and expire when it is due."""
+        """One pass: migrate (once), reap, complete sweeps, step max-batch searches, and expire when it is due."""
         self.store.migrate()
         for job in self.store.reap():
             log.warning("job %s: %s", job.id, job.history[-1])
             self.dispatch(job)
         complete_sweeps(self.store, self.dispatch)
+        advance_max_batches(self.store, self.dispatch, self.graph_limits)
         if time.monotonic() - self._expired_at >= self.expire_interval_s:
             self._expired_at = time.monotonic()
             expired = self.store.expire(self.retention)
-            if expired.jobs or expired.sweeps or expired.graphs:
-                log.info("retention: %d jobs, %d sweeps and %d graphs deleted", expired.jobs, expired.sweeps,
-                         expired.graphs)
+            if expired.jobs or expired.sweeps or expired.graphs or expired.max_batches:
+                log.info("retention: %d jobs, %d sweeps, %d max-batch searches and %d graphs deleted", expired.jobs,
+                         expired.sweeps, expired.max_batches, expired.graphs)
         if self.heartbeat_file is not None:
             self.heartbeat_file.touch()
+
+    def job_ended(self) -> None:
+        """A runner's job has ended: give the max-batch searches waiting on it their next batch now (an error is
+        logged, not raised: the next pass tries again)."""
+        try:
+            advance_max_batches(self.store, self.dispatch, self.graph_limits)
+        except Exception:
+            log.exception("max-batch searches: unexpected error; the next pass tries again")
 
     def loop(self, stopping: threading.Event, interval_s: float, also: Callable[[], None] | None = None) -> None:
         """``run`` (then ``also``) every ``interval_s`` until ``stopping`` is set; an error is logged, not fatal."""

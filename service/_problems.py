@@ -128,24 +128,31 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _describe(error: Mapping[str, Any], body: Any) -> dict[str, Any]:
-    """One validation error as ``{loc, field, node, type, msg, message}``; the node by id when known."""
+    """One validation error as ``{loc, field, node, type, msg, message}``; the node by id when known (in a
+    request's ``graph``, or in any graph of its ``graphs``)."""
     loc = [p for p in error.get("loc", ()) if p != "body"]
     out: dict[str, Any] = {"loc": loc, "type": error.get("type", ""), "msg": error.get("msg", "")}
     out["field"] = ".".join(str(p) for p in loc if not isinstance(p, int)) or None
     where = out["field"] or "the body"
-    if len(loc) >= 3 and loc[:2] == ["graph", "nodes"] and isinstance(loc[2], int):
-        node = _node_id(body, loc[2])
+    at = next((i for i in range(len(loc) - 2) if loc[i:i + 2] == ["graph", "nodes"] and isinstance(loc[i + 2], int)),
+              None)
+    if at is not None:
+        node = _node_id(body, loc[:at + 3])
         out["node"] = node
-        field = ".".join(str(p) for p in loc[3:]) or "node"
-        name = f"{node!r} (#{loc[2]})" if node else f"#{loc[2]}"
-        where = f"graph node {name}: field {field!r}"
+        field = ".".join(str(p) for p in loc[at + 3:]) or "node"
+        name = f"{node!r} (#{loc[at + 2]})" if node else f"#{loc[at + 2]}"
+        graph = "graph" if at == 0 else ".".join(str(p) for p in loc[:at + 1])
+        where = f"{graph} node {name}: field {field!r}"
     out["message"] = f"{where}: {out['msg']}"
     return out
 
 
-def _node_id(body: Any, index: int) -> str | None:
+def _node_id(body: Any, path: list[Any]) -> str | None:
+    """The ``id`` of the node at ``path`` in the request body, when it has a usable one."""
     try:
-        node_id = body["graph"]["nodes"][index]["id"]
+        for step in path:
+            body = body[step]
+        node_id = body["id"]
     except (KeyError, IndexError, TypeError):
         return None
     return node_id if isinstance(node_id, str) and node_id else None

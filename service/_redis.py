@@ -12,9 +12,13 @@ without authentication)::
     ended                     zset: ended jobs by end time (retention)
     cache:<key>               the job holding a reusable result of the request <key>
     graph:<sha>, graphs       a graph document; zset: graphs by last use
-    graph-refs:<sha>          set: the jobs and sweeps that refer to the graph
+    graph-refs:<sha>          set: the jobs, sweeps and max-batch searches that refer to the graph
     sweep:<id>, sweeps        a sweep's record; zset: sweeps by creation time
     sweeps-of:<tok>           zset: the token's sweeps; sweeps-unplanned: set of sweeps still to plan
+    max-batch:<id>            a max-batch search's record
+    max-batches-of:<tok>      zset: the token's searches by creation time
+    max-batches-active        zset: searches that go on, by creation time
+    max-batches-ended         zset: ended searches by creation time (retention)
 
 A transition WATCHes the job's key and writes the record and every index in one MULTI, so the
 indexes never disagree with the record.
@@ -31,7 +35,8 @@ import redis
 from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
-from ._store import GRAPH_GRACE_S, KEEP, Change, Expired, JobStore, Retention
+from ._max_batches import MaxBatchSearch
+from ._store import GRAPH_GRACE_S, KEEP, Change, Expired, JobStore, Retention, SearchChange
 from ._sweeps import Sweep
 
 __all__ = ["RedisStore"]
@@ -276,6 +281,65 @@ class RedisStore(JobStore):
         raws = self.redis.mget([self.key_for("sweep", i) for i in ids]) if ids else []
         return [Sweep.from_record(json.loads(r)) for r in raws if r is not None]
 
+    # -- max-batch searches ------------------------------------------------------------------------
+
+    def insert_max_batch(self, search: MaxBatchSearch) -> bool:
+        key = self.key_for("max-batch", search.id)
+
+        def insert(pipe: redis.client.Pipeline) -> bool:
+            if pipe.exists(key):
+                return False
+            pipe.multi()
+            pipe.set(key, json.dumps(search.to_record()))
+            pipe.zadd(self.key_for("max-batches-of", _tok(search.token)), {search.id: search.created_at})
+            for _, sha in search.graphs:
+                pipe.sadd(self.key_for("graph-refs", sha), f"max-batch:{search.id}")
+            self._index_max_batch(pipe, search)
+            return True
+
+        return bool(self.redis.transaction(insert, key, value_from_callable=True))  # type: ignore[arg-type]
+
+    def _index_max_batch(self, pipe: redis.client.Pipeline, search: MaxBatchSearch) -> None:
+        ended, active = self.key_for("max-batches-ended"), self.key_for("max-batches-active")
+        pipe.zadd(ended if search.ended else active, {search.id: search.created_at})
+        pipe.zrem(active if search.ended else ended, search.id)
+
+    def update_max_batch(self, search_id: str, change: SearchChange) -> MaxBatchSearch | None:
+        key = self.key_for("max-batch", search_id)
+
+        def update(pipe: redis.client.Pipeline) -> MaxBatchSearch | None:
+            raw = pipe.get(key)
+            if raw is None:
+                raise JobNotFound(search_id)
+            new = change(MaxBatchSearch.from_record(json.loads(raw)))
+            if new is None:
+                return None
+            pipe.multi()
+            pipe.set(key, json.dumps(new.to_record()))
+            pipe.zadd(self.key_for("max-batches-of", _tok(new.token)), {new.id: new.created_at})
+            self._index_max_batch(pipe, new)
+            return new
+
+        updated = self.redis.transaction(update, key, value_from_callable=True)  # type: ignore[arg-type]
+        return cast("MaxBatchSearch | None", updated)
+
+    def get_max_batch(self, search_id: str) -> MaxBatchSearch:
+        found = self._max_batches([search_id])
+        if not found:
+            raise JobNotFound(search_id)
+        return found[0]
+
+    def list_max_batches(self, token: str | None, *, limit: int = 50) -> list[MaxBatchSearch]:
+        index = self.key_for("max-batches-of", _tok(token))
+        return self._max_batches(cast("list[str]", self.redis.zrevrange(index, 0, limit - 1)))
+
+    def active_max_batches(self) -> list[MaxBatchSearch]:
+        return self._max_batches(cast("list[str]", self.redis.zrange(self.key_for("max-batches-active"), 0, -1)))
+
+    def _max_batches(self, ids: Sequence[str]) -> list[MaxBatchSearch]:
+        raws = self.redis.mget([self.key_for("max-batch", i) for i in ids]) if ids else []
+        return [MaxBatchSearch.from_record(json.loads(r)) for r in raws if r is not None]
+
     # -- retention ---------------------------------------------------------------------------------
 
     def expire(self, retention: Retention) -> Expired:
@@ -285,9 +349,11 @@ class RedisStore(JobStore):
                                                                           retention.max_jobs))
         sweeps = sum(self._delete_sweep(sweep_id) for sweep_id in self._beyond(self.key_for("sweeps"), cutoff,
                                                                                   retention.max_sweeps))
+        searches = sum(self._delete_max_batch(search_id) for search_id in self._beyond(
+            self.key_for("max-batches-ended"), cutoff, retention.max_sweeps))
         grace = now - min(GRAPH_GRACE_S, retention.max_age_s)
         unused = cast("list[str]", self.redis.zrangebyscore(self.key_for("graphs"), "-inf", f"({grace}"))
-        return Expired(jobs, sweeps, sum(self._delete_graph(sha) for sha in unused))
+        return Expired(jobs, sweeps, sum(self._delete_graph(sha) for sha in unused), searches)
 
     def _beyond(self, index: str, cutoff: float, keep: int) -> set[str]:
         """Members of the time-scored ``index`` older than ``cutoff``, or beyond its newest ``keep``."""
@@ -333,6 +399,27 @@ class RedisStore(JobStore):
             pipe.srem(self.key_for("graph-refs", sweep.graph_sha256), f"sweep:{sweep_id}")
         pipe.execute()
         return raw is not None
+
+    def _delete_max_batch(self, search_id: str) -> bool:
+        """Delete an ended search and its index entries; False if it is gone, or goes on again (run afresh)."""
+        key = self.key_for("max-batch", search_id)
+
+        def delete(pipe: redis.client.Pipeline) -> bool:
+            raw = pipe.get(key)
+            search = MaxBatchSearch.from_record(json.loads(raw)) if raw is not None else None
+            if search is not None and not search.ended:
+                return False
+            pipe.multi()
+            pipe.zrem(self.key_for("max-batches-ended"), search_id)
+            if search is None:
+                return False
+            pipe.delete(key)
+            pipe.zrem(self.key_for("max-batches-of", _tok(search.token)), search_id)
+            for _, sha in search.graphs:
+                pipe.srem(self.key_for("graph-refs", sha), f"max-batch:{search_id}")
+            return True
+
+        return bool(self.redis.transaction(delete, key, value_from_callable=True))  # type: ignore[arg-type]
 
     def _delete_graph(self, sha256: str) -> bool:
         """Delete a graph no job or sweep refers to; a reference added meanwhile aborts it (WATCH)."""

@@ -12,7 +12,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from remat.schedules import GRAPH_FORMAT, MAX_BUDGET_RATIO, MAX_TOTAL_BYTES, Graph, GraphLimits
+from remat.schedules import (
+    GRAPH_FORMAT,
+    MAX_BUDGET_RATIO,
+    MAX_TOTAL_BYTES,
+    TRANSFER_PROFILES,
+    Graph,
+    GraphLimits,
+    Transfer,
+)
 from remat.solvers import DEFAULT_MIP_GAP, RESULT_FORMAT
 
 from ._jobs import Job, JobStatus
@@ -71,6 +79,18 @@ class _SolveOptions(BaseModel):
     time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False,
                                        description="seconds per solve; default and maximum are server settings")
     mip_gap: float = Field(DEFAULT_MIP_GAP, ge=0, lt=1, description="relative gap that counts as optimal")
+    transfer: dict[str, Any] | None = Field(
+        None, max_length=3, examples=[{"bandwidth": 5e7, "latency": 0.01},
+                                      {"profile": "pcie5-x16", "seconds_per_cost_unit": 0.001}],
+        description="how long copies to host memory and back last, for strategies that offload: "
+                    "{bandwidth (bytes per cost unit), latency (cost units)} in the graph's units, or "
+                    f"{{profile ({', '.join(sorted(TRANSFER_PROFILES))}), seconds_per_cost_unit, latency_s}}")
+    host_budget: int | None = Field(None, ge=0, le=MAX_TOTAL_BYTES,
+                                    description="bytes the plan's host copies may hold at most")
+
+    def to_transfer(self) -> Transfer | None:
+        """The transfer parameters; InvalidRequest (a 422) says which form is expected when they are wrong."""
+        return None if self.transfer is None else Transfer.from_json(self.transfer)
 
 
 class SolveRequest(_SolveOptions):
@@ -134,6 +154,9 @@ class ResultPublic(BaseModel):
     overhead: float | None
     lower_bound: float | None
     gap: float | None
+    host_peak_memory: int | None = Field(None, description="bytes the plan's host copies hold at most (0: none)")
+    host_budget: int | None = None
+    transfer: dict[str, float] | None = Field(None, description="the copy times simulated, in the graph's units")
     min_feasible_budget: int
     checkpoint_all_peak: int
     solve_time_s: float
@@ -160,6 +183,8 @@ class JobPublic(BaseModel):
     time_limit_s: float
     mip_gap: float
     options: dict[str, Any] = Field(description="the strategy's own options the job was asked with")
+    transfer: dict[str, float] | None = Field(description="the request's transfer parameters, in the graph's units")
+    host_budget: int | None
     attempts: int
     cancel_requested: bool
     created_at: datetime
@@ -178,7 +203,8 @@ class JobPublic(BaseModel):
         return cls(
             id=job.id, status=job.status, graph_name=job.graph_name, graph_sha256=s.graph_sha256,
             strategy=s.strategy, backend=s.backend, budget=s.budget, time_limit_s=s.time_limit_s,
-            mip_gap=s.mip_gap, options=dict(s.options), attempts=job.attempts, cancel_requested=job.cancel_requested,
+            mip_gap=s.mip_gap, options=dict(s.options), transfer=None if s.transfer is None else dict(s.transfer),
+            host_budget=s.host_budget, attempts=job.attempts, cancel_requested=job.cancel_requested,
             created_at=datetime.fromtimestamp(job.created_at, tz=UTC), started_at=_time(job.started_at),
             finished_at=_time(job.finished_at),
             progress=ProgressPublic(**job.progress) if job.progress else None, error=job.error,
@@ -248,6 +274,7 @@ class StrategyPublic(BaseModel):
     summary: str
     backends: list[str] = Field(description="solver backends the strategy can use (none for heuristics)")
     knob: str | None = None
+    offloads: bool = Field(False, description="its plans copy values to host memory and back: it needs 'transfer'")
 
 
 class StrategiesPublic(BaseModel):

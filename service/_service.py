@@ -1,9 +1,10 @@
-"""What the routes do with jobs: turn requests into specs, admit them, submit, dispatch, cancel, wait.
+"""What the routes do with jobs, sweeps and max-batch searches: turn requests into specs, admit them, submit,
+dispatch, cancel, wait.
 
 This is the boundary: a request's graph becomes a :class:`remat.schedules.Graph` here, once, and
 every check that can refuse a request (graph, strategy, backend, budget, limits, queue room) runs
 before a job exists, so a bad request is a 4xx and never a failed job. Every lookup names the
-caller's token: another token's job or sweep is answered as one that does not exist (404).
+caller's token: another token's job, sweep or search is answered as one that does not exist (404).
 """
 
 from __future__ import annotations
@@ -11,17 +12,28 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from remat.schedules import BackendUnavailable, Graph, InvalidRequest, ScheduleEntries, resolve_budget
+from remat.schedules import (
+    BackendUnavailable,
+    BatchedGraph,
+    Graph,
+    InvalidRequest,
+    ScheduleEntries,
+    Transfer,
+    resolve_budget,
+)
 from remat.solvers import Strategy, StrategyKind, available_backends, get_strategy, sweep_budgets, sweep_strategies
 
 from . import _jobs
 from ._errors import JobNotFound, QueueFull, TooManyJobs
 from ._executor import Executor
 from ._jobs import Job, JobStatus, SolveSpec, needs_run
+from ._max_batch_schemas import MaxBatchPublic, MaxBatchRequest
+from ._max_batches import MaxBatchSearch, new_max_batch, restartable
 from ._metrics import Metrics
 from ._schemas import SolveRequest, SweepRequest
 from ._settings import Settings
@@ -53,9 +65,11 @@ class Service:
         strategy.check(graph)
         _check_backend(strategy, request.backend)
         strategy.check_options(request.options)
+        transfer = request.to_transfer()
+        strategy.check_transfer(transfer, request.options)
         spec = SolveSpec(graph.sha256, resolve_budget(graph, budget=request.budget, budget_ratio=request.budget_ratio),
                          request.strategy, request.backend, self._time_limit(request.time_limit_s), request.mip_gap,
-                         request.options)
+                         request.options, _transfer_json(transfer), request.host_budget)
         return self._submit([spec], graph, token)[0]
 
     def wait_s(self, requested: float | None) -> float:
@@ -108,7 +122,8 @@ class Service:
         """
         graph = request.graph.to_graph(self.settings.graph_limits)
         time_limit_s = self._time_limit(request.time_limit_s)
-        strategies = sweep_strategies(graph, request.strategies)
+        transfer = request.to_transfer()
+        strategies = sweep_strategies(graph, request.strategies, transfer=transfer)
         budgets = list(dict.fromkeys(request.budgets)) if request.budgets is not None else sweep_budgets(graph)
         natural = 0 if request.budgets is not None else sum(get_strategy(s).kind is StrategyKind.BASELINE
                                                               for s in strategies)
@@ -119,7 +134,8 @@ class Service:
                                  f"{self.settings.max_sweep_points}. Name fewer strategies or budgets.",
                                  field="budgets")
         backends = {s: _sweep_backend(get_strategy(s), request.backend) for s in strategies}
-        specs = [SolveSpec(graph.sha256, budget, s, backends[s], time_limit_s, request.mip_gap)
+        specs = [SolveSpec(graph.sha256, budget, s, backends[s], time_limit_s, request.mip_gap,
+                           transfer=_transfer_json(transfer), host_budget=request.host_budget)
                  for s in strategies for budget in budgets]
         jobs = self._submit(specs, graph, token, reserve=most - len(specs))
         sweep = new_sweep(jobs, graph_name=graph.name, token=token, now=time.time(), planned=natural == 0)
@@ -136,6 +152,70 @@ class Service:
     def sweep_jobs(self, sweep: Sweep, *, with_result: bool) -> list[Job]:
         """The sweep's jobs, in the sweep's order."""
         return self.store.get_many(sweep.job_ids, with_result=with_result)
+
+    # -- max-batch searches ------------------------------------------------------------------------
+
+    def submit_max_batch(self, request: MaxBatchRequest, token: str | None) -> MaxBatchSearch:
+        """The search answering ``request``: new, or the token's identical one (begun afresh when it ended without
+        an answer for some strategy). Its batches are submitted as jobs by the executors' maintenance
+        (:mod:`._batch_planner`), never by the API's threads."""
+        graphs = {g.batch: g.graph.to_graph(self.settings.graph_limits) for g in request.graphs}
+        batched = BatchedGraph.from_graphs(graphs)
+        strategies = [(s, _sweep_backend(get_strategy(s), request.backend))
+                      for s in sweep_strategies(batched.template, request.strategies)]
+        fresh = new_max_batch({b: g.sha256 for b, g in graphs.items()}, graph_name=batched.template.name,
+                              budget=request.budget, max_overhead=request.max_overhead, strategies=strategies,
+                              time_limit_s=self._time_limit(request.time_limit_s), mip_gap=request.mip_gap,
+                              token=token, now=self.store.clock())
+        try:
+            current: MaxBatchSearch | None = self.store.get_max_batch(fresh.id)
+        except JobNotFound:
+            current = None
+        if current is not None and not restartable(current):
+            return current
+        self._admit(len(strategies), token)  # each strategy solves one batch at a time
+        for graph in graphs.values():
+            self.store.put_graph(graph.sha256, graph.to_json())
+        if self.store.insert_max_batch(fresh):
+            return fresh
+        again = self.store.update_max_batch(
+            fresh.id, lambda cur: replace(fresh, revision=cur.revision + 1) if restartable(cur) else None)
+        return again if again is not None else self.store.get_max_batch(fresh.id)
+
+    def max_batch(self, search_id: str, token: str | None) -> MaxBatchSearch:
+        """``token``'s max-batch search ``search_id``; JobNotFound when there is none, or it is another token's."""
+        search = self.store.get_max_batch(search_id)
+        if search.token != token:
+            raise JobNotFound(search_id)
+        return search
+
+    def max_batch_jobs(self, search: MaxBatchSearch) -> dict[str, Job]:
+        """The jobs of the search's batches being solved (without results), by id."""
+        return {j.id: j for j in self.store.get_many(search.pending_job_ids)}
+
+    def max_batch_document(self, search: MaxBatchSearch, *, full_result: bool = True) -> dict[str, Any]:
+        """The remat.max-batch/v1 document of ``search``; the chosen plan's result whole, or without its schedule,
+        plan and log."""
+        doc = MaxBatchPublic.of(search, self.max_batch_jobs(search),
+                                self.store.result_summaries(search.best_job_ids)).model_dump(mode="json")
+        chosen = doc["chosen"]
+        if full_result and chosen is not None:
+            try:
+                chosen["result"] = self.store.get(chosen["job_id"]).result
+            except JobNotFound:
+                chosen["result"] = None
+        return doc
+
+    def cancel_max_batch(self, search_id: str, token: str | None) -> MaxBatchSearch:
+        """Cancel ``token``'s search: every strategy still searching ends cancelled, and the jobs of the batches
+        being solved are cancelled; a no-op once it has ended."""
+        self.max_batch(search_id, token)
+        cancelled = self.store.update_max_batch(search_id, lambda cur: cur.cancelled(now=self.store.clock()))
+        if cancelled is None:
+            return self.store.get_max_batch(search_id)
+        for job_id in cancelled.pending_job_ids:
+            self.store.request_cancel(job_id)
+        return cancelled
 
     # -- shared ------------------------------------------------------------------------------------
 
@@ -194,6 +274,11 @@ def _check_backend(strategy: Strategy, backend: str) -> None:
     if backend not in installed:
         raise BackendUnavailable(f"Backend {backend!r} is not installed on this service; installed: "
                                  f"{', '.join(installed) or 'none'} (or auto).")
+
+
+def _transfer_json(transfer: Transfer | None) -> dict[str, float] | None:
+    """The transfer a job records, in the graph's units: a profile and the same numbers make one job."""
+    return None if transfer is None else transfer.to_json()
 
 
 def _sweep_backend(strategy: Strategy, backend: str) -> str:

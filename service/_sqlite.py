@@ -13,7 +13,8 @@ from typing import Any
 from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
-from ._store import GRAPH_GRACE_S, KEEP, RESULT_BULK, Change, Expired, JobStore, Retention
+from ._max_batches import MaxBatchSearch
+from ._store import GRAPH_GRACE_S, KEEP, RESULT_BULK, Change, Expired, JobStore, Retention, SearchChange
 from ._sweeps import Sweep
 
 __all__ = ["SqliteStore"]
@@ -53,6 +54,20 @@ _MIGRATIONS = (
     ALTER TABLE graphs ADD COLUMN used_at REAL NOT NULL DEFAULT 0;
     CREATE TABLE cache (key TEXT PRIMARY KEY, job_id TEXT NOT NULL);
     CREATE TABLE served (token TEXT PRIMARY KEY, at REAL NOT NULL)
+    """,
+    # 3: max-batch searches, and the graphs each one reads (kept while it is).
+    """
+    CREATE TABLE max_batches (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        record TEXT NOT NULL,
+        token TEXT GENERATED ALWAYS AS (json_extract(record, '$.token')) VIRTUAL,
+        finished_at REAL GENERATED ALWAYS AS (json_extract(record, '$.finished_at')) VIRTUAL
+    );
+    CREATE INDEX max_batches_of_token ON max_batches (token, created_at);
+    CREATE INDEX max_batches_active ON max_batches (created_at) WHERE finished_at IS NULL;
+    CREATE TABLE max_batch_graphs (id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (id, sha256));
+    CREATE INDEX max_batch_graphs_by_graph ON max_batch_graphs (sha256)
     """,
 )
 """Schema changes in order; ``PRAGMA user_version`` says how many a file has had."""
@@ -267,6 +282,40 @@ class SqliteStore(JobStore):
         rows = self._conn().execute("SELECT record FROM sweeps WHERE planned = 0 ORDER BY created_at")
         return [Sweep.from_record(json.loads(r[0])) for r in rows]
 
+    # -- max-batch searches ------------------------------------------------------------------------
+
+    def insert_max_batch(self, search: MaxBatchSearch) -> bool:
+        with self._immediate() as conn:
+            cur = conn.execute("INSERT OR IGNORE INTO max_batches (id, created_at, record) VALUES (?, ?, ?)",
+                               (search.id, search.created_at, json.dumps(search.to_record())))
+            if cur.rowcount == 1:
+                conn.executemany("INSERT OR IGNORE INTO max_batch_graphs (id, sha256) VALUES (?, ?)",
+                                 [(search.id, sha) for _, sha in search.graphs])
+            return cur.rowcount == 1
+
+    def update_max_batch(self, search_id: str, change: SearchChange) -> MaxBatchSearch | None:
+        with self._immediate() as conn:
+            new = change(self.get_max_batch(search_id))
+            if new is not None:
+                conn.execute("UPDATE max_batches SET created_at = ?, record = ? WHERE id = ?",
+                             (new.created_at, json.dumps(new.to_record()), search_id))
+            return new
+
+    def get_max_batch(self, search_id: str) -> MaxBatchSearch:
+        row = self._conn().execute("SELECT record FROM max_batches WHERE id = ?", (search_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(search_id)
+        return MaxBatchSearch.from_record(json.loads(row[0]))
+
+    def list_max_batches(self, token: str | None, *, limit: int = 50) -> list[MaxBatchSearch]:
+        rows = self._conn().execute(
+            "SELECT record FROM max_batches WHERE token IS ? ORDER BY created_at DESC LIMIT ?", (token, limit))
+        return [MaxBatchSearch.from_record(json.loads(r[0])) for r in rows]
+
+    def active_max_batches(self) -> list[MaxBatchSearch]:
+        rows = self._conn().execute("SELECT record FROM max_batches WHERE finished_at IS NULL ORDER BY created_at")
+        return [MaxBatchSearch.from_record(json.loads(r[0])) for r in rows]
+
     # -- retention ---------------------------------------------------------------------------------
 
     def expire(self, retention: Retention) -> Expired:
@@ -286,11 +335,17 @@ class SqliteStore(JobStore):
             sweeps = conn.execute(
                 "DELETE FROM sweeps WHERE created_at < ? OR id IN (SELECT id FROM sweeps ORDER BY created_at DESC "
                 "LIMIT -1 OFFSET ?)", (cutoff, retention.max_sweeps)).rowcount
+            searches = conn.execute(
+                "DELETE FROM max_batches WHERE finished_at IS NOT NULL AND (created_at < ? OR id IN (SELECT id FROM "
+                "max_batches WHERE finished_at IS NOT NULL ORDER BY created_at DESC LIMIT -1 OFFSET ?))",
+                (cutoff, retention.max_sweeps)).rowcount
+            conn.execute("DELETE FROM max_batch_graphs WHERE id NOT IN (SELECT id FROM max_batches)")
             graphs = conn.execute(
                 "DELETE FROM graphs WHERE used_at < ? AND NOT EXISTS (SELECT 1 FROM jobs WHERE graph = sha256) "
-                "AND NOT EXISTS (SELECT 1 FROM sweeps WHERE graph = sha256)",
+                "AND NOT EXISTS (SELECT 1 FROM sweeps WHERE graph = sha256) "
+                "AND NOT EXISTS (SELECT 1 FROM max_batch_graphs AS m WHERE m.sha256 = graphs.sha256)",
                 (now - min(GRAPH_GRACE_S, retention.max_age_s),)).rowcount
-        return Expired(jobs, sweeps, graphs)
+        return Expired(jobs, sweeps, graphs, searches)
 
     def ping(self) -> None:
         self._conn().execute("SELECT 1 FROM jobs LIMIT 1").fetchall()

@@ -1,4 +1,5 @@
-"""The job store: the one source of truth for jobs, their results, the graphs they solve, and sweeps.
+"""The job store: the one source of truth for jobs, their results, the graphs they solve, sweeps and
+max-batch searches.
 
 :class:`JobStore` holds the named transitions (``submit``, ``claim_next``, ``mark_running``,
 ``renew``, ``mark_finished``, ``mark_failed``, ``request_cancel``, ``release``, ``reap``) and
@@ -22,6 +23,7 @@ from typing import Any
 from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Claim, Job, JobStatus, SolveSpec
+from ._max_batches import MaxBatchSearch
 from ._sweeps import Sweep
 
 __all__ = ["GRAPH_GRACE_S", "KEEP", "RESULT_BULK", "Expired", "JobStore", "Retention"]
@@ -36,13 +38,15 @@ GRAPH_GRACE_S = 3600.0
 """A graph stored (or submitted again) within this many seconds is kept even while no job refers to it yet."""
 
 Change = Callable[[Job], "Job | None"]
+SearchChange = Callable[[MaxBatchSearch], "MaxBatchSearch | None"]
 
 
 @dataclass(frozen=True)
 class Retention:
     """What ``expire`` keeps: ended jobs and sweeps younger than ``max_age_s``, at most ``max_jobs`` and
-    ``max_sweeps`` of them (the newest); queued and running jobs always. A graph goes with the last job
-    and sweep that refer to it."""
+    ``max_sweeps`` of them (the newest); queued and running jobs always. Ended max-batch searches are kept
+    as sweeps are (``max_sweeps`` of them), searches that go on always. A graph goes with the last job,
+    sweep and search that refer to it."""
 
     max_age_s: float
     max_jobs: int
@@ -56,6 +60,7 @@ class Expired:
     jobs: int = 0
     sweeps: int = 0
     graphs: int = 0
+    max_batches: int = 0
 
 
 class JobStore(ABC):
@@ -159,6 +164,26 @@ class JobStore(ABC):
     @abstractmethod
     def unplanned_sweeps(self) -> list[Sweep]:
         """Every sweep whose natural points are still to be added."""
+
+    @abstractmethod
+    def insert_max_batch(self, search: MaxBatchSearch) -> bool:
+        """Keep a new max-batch search unless one with its id exists; True when stored."""
+
+    @abstractmethod
+    def update_max_batch(self, search_id: str, change: SearchChange) -> MaxBatchSearch | None:
+        """Atomically replace the search by ``change(search)``; None: unchanged. JobNotFound if there is none."""
+
+    @abstractmethod
+    def get_max_batch(self, search_id: str) -> MaxBatchSearch:
+        """The max-batch search; JobNotFound if there is none."""
+
+    @abstractmethod
+    def list_max_batches(self, token: str | None, *, limit: int = 50) -> list[MaxBatchSearch]:
+        """``token``'s most recent max-batch searches, newest first."""
+
+    @abstractmethod
+    def active_max_batches(self) -> list[MaxBatchSearch]:
+        """Every max-batch search that has not ended, oldest first."""
 
     @abstractmethod
     def expire(self, retention: Retention) -> Expired:

@@ -14,7 +14,7 @@ from ._context import (
     Stop,
     StopReason,
 )
-from ._max_batch import BatchTrial, MaxBatch, max_batch
+from ._max_batch import BatchSearch, BatchTrial, MaxBatch, cost_cap, max_batch
 from ._registry import STRATEGIES, get_strategy
 from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
 from ._solve import solve
@@ -41,6 +41,7 @@ __all__ = [
     "SOLVE_GRACE_S",
     "STRATEGIES",
     "SWEEP_POINTS",
+    "BatchSearch",
     "BatchTrial",
     "Convergence",
     "MaxBatch",
@@ -62,6 +63,7 @@ __all__ = [
     "check_training_graph",
     "checkpoint_all",
     "checkpoint_last",
+    "cost_cap",
     "every_graph",
     "get_strategy",
     "max_batch",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from remat.schedules import Schedule
+from remat.schedules import Plan, Schedule, Transfer
 
 __all__ = [
     "Convergence",
@@ -144,6 +144,10 @@ class SolveContext:
     convergence: Convergence | None = None
     trail: list[tuple[float, float]] = field(default_factory=list)
     """(elapsed seconds, cost) of every new best reported, in order."""
+    transfer: Transfer | None = None
+    """How long copies to host memory and back last; given when the strategy may offload."""
+    host_budget: int | None = None
+    """Bytes of host memory a plan's copies may hold (None: no cap)."""
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -212,7 +216,8 @@ class Throttle:
 class Outcome:
     """What a strategy found.
 
-    ``schedule`` is the best schedule (None when nothing was found); ``optimal`` and
+    ``schedule`` is the best schedule (None when nothing was found); a strategy that offloads
+    returns its best ``plan`` instead (a plan with transfers has no schedule form); ``optimal`` and
     ``infeasible`` are proofs, never guesses; ``lower_bound`` is a proved bound on cost;
     ``backend`` names the engine that ran, if any; ``fallback`` names the strategy whose schedule
     this is when it is not the one asked for.
@@ -225,3 +230,9 @@ class Outcome:
     backend: str | None = None
     fallback: str | None = None
     log: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+
+    @property
+    def found(self) -> bool:
+        """Whether the strategy found anything: a schedule or a plan."""
+        return self.schedule is not None or self.plan is not None

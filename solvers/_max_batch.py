@@ -18,7 +18,7 @@ from remat.schedules import BatchedGraph, Graph, InvalidRequest
 from ._result import Result
 from ._solve import solve
 
-__all__ = ["BatchTrial", "MaxBatch", "max_batch"]
+__all__ = ["BatchSearch", "BatchTrial", "MaxBatch", "cost_cap", "max_batch"]
 
 MAX_BATCH = 2**31
 """The search never looks beyond this batch."""
@@ -33,6 +33,56 @@ class BatchTrial:
     overhead: float | None
     max_overhead: float
     ok: bool
+
+    @classmethod
+    def judged(cls, batch: int, *, status: str, overhead: float | None, fits: bool, max_overhead: float) -> BatchTrial:
+        """The trial of a plan with ``overhead`` that ``fits`` (or not) the budget: ok when it fits within the cap."""
+        ok = fits and overhead is not None and overhead <= max_overhead * (1 + 1e-9)
+        return cls(batch, status, overhead, max_overhead, ok)
+
+
+@dataclass
+class BatchSearch:
+    """The search of :func:`max_batch`, one trial at a time: ``next_batch`` names the batch to solve next and
+    ``trials`` takes each verdict, so a caller may solve the batches wherever it likes (the service runs
+    each as a job).
+
+    It bisects between the largest batch that fit and the smallest that did not, within
+    [1, ``ceiling``], starting from ``start``.
+
+    >>> search = BatchSearch(ceiling=10, start=4)
+    >>> search.next_batch()
+    4
+    >>> search.trials.append(BatchTrial(4, "optimal", 1.0, 1.5, True))
+    >>> search.next_batch(), search.batch
+    (7, 4)
+    """
+
+    ceiling: int
+    """The largest batch whose smallest feasible budget fits (0: none does); no batch above it is tried."""
+    start: int
+    """The largest batch checkpoint-all fits (at least 1): the first batch tried."""
+    trials: list[BatchTrial] = field(default_factory=list)
+
+    @classmethod
+    def over(cls, batched: BatchedGraph, budget: int) -> BatchSearch:
+        """The search for ``batched`` on ``budget`` bytes, bounded by the smallest feasible budget of each batch."""
+        ceiling = _largest(lambda b: batched.at(b).min_feasible_budget <= budget, 1, MAX_BATCH)
+        start = _largest(lambda b: batched.at(b).checkpoint_all_peak <= budget, 1, ceiling)
+        return cls(ceiling, max(1, start))
+
+    @property
+    def batch(self) -> int:
+        """The largest batch that fit so far (0 when none has)."""
+        return max((t.batch for t in self.trials if t.ok), default=0)
+
+    def next_batch(self) -> int | None:
+        """The batch to try next, or None once the answer is known."""
+        low = self.batch + 1
+        high = min((t.batch for t in self.trials if not t.ok), default=self.ceiling + 1) - 1
+        if low > high:
+            return None
+        return self.start if not self.trials else (low + high) // 2
 
 
 @dataclass
@@ -77,34 +127,26 @@ def max_batch(
     if max_overhead is not None and not max_overhead >= 1:
         raise InvalidRequest(f"'max_overhead' must be >= 1 (cost over base cost), got {max_overhead!r}.",
                              field="max_overhead")
-    answer = MaxBatch(strategy, budget, 0, None)
-
-    def fits(batch: int) -> bool:
+    search = BatchSearch.over(batched, budget)
+    answer = MaxBatch(strategy, budget, 0, None, search.trials)
+    while (batch := search.next_batch()) is not None:
         graph = batched.at(batch)
-        cap = max_overhead if max_overhead is not None else _one_extra_forward(graph)
         result = solve(graph, budget=budget, strategy=strategy, **solve_options)
-        ok = result.fits and result.overhead is not None and result.overhead <= cap * (1 + 1e-9)
-        trial = BatchTrial(batch, result.status.value, result.overhead, cap, ok)
-        answer.trials.append(trial)
+        trial = BatchTrial.judged(batch, status=result.status.value, overhead=result.overhead, fits=result.fits,
+                                  max_overhead=cost_cap(graph, max_overhead))
+        search.trials.append(trial)
         if on_trial:
             on_trial(trial)
-        if ok and batch > answer.batch:
+        if trial.ok and batch > answer.batch:
             answer.batch, answer.result = batch, result
-        return ok
-
-    ceiling = _largest(lambda b: batched.at(b).min_feasible_budget <= budget, 1, MAX_BATCH)
-    if ceiling == 0:
-        return answer
-    start = max(1, _largest(lambda b: batched.at(b).checkpoint_all_peak <= budget, 1, ceiling))
-    if fits(start):
-        _largest(fits, start + 1, ceiling)
-    else:
-        _largest(fits, 1, start - 1)
     return answer
 
 
-def _one_extra_forward(graph: Graph) -> float:
-    """The cost cap of Checkmate's Figure 6, as a ratio: (base cost + the forward nodes' cost) / base cost."""
+def cost_cap(graph: Graph, max_overhead: float | None = None) -> float:
+    """The largest overhead a plan for ``graph`` may have: ``max_overhead``, or by default the cap of Checkmate's
+    Figure 6, one extra forward pass ((base cost + the forward nodes' cost) / base cost)."""
+    if max_overhead is not None:
+        return max_overhead
     if graph.base_cost == 0:
         return 1.0
     forward = float(graph.cost[list(graph.forward_nodes)].sum())

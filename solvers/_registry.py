@@ -1,6 +1,7 @@
 """The one table of strategies: the CLI, the service and the dashboard all list from here.
 
-It is composed of the baselines (:data:`remat.solvers.baselines.BASELINES`) and the solver
+It is composed of the baselines (:data:`remat.solvers.baselines.BASELINES`), the engine-free
+strategies that offload (:data:`remat.solvers.offload.OFFLOAD_BASELINES`) and the solver
 strategies, which use a backend and start from the best baseline.
 """
 
@@ -11,19 +12,25 @@ from remat.schedules import UnknownStrategy
 from ._strategy import Strategy, StrategyKind
 from .backends import BACKENDS
 from .baselines import BASELINES
-from .checkmate import LP_OPTIONS, OPTIONS, checkmate, checkmate_lp
+from .checkmate import LP_OPTIONS, OPTIONS, checkmate_lp
+from .offload import JOINT_OPTIONS, OFFLOAD_BASELINES, checkmate_offload, checkmate_or_offload
 
 __all__ = ["SOLVERS", "STRATEGIES", "get_strategy"]
 
 SOLVERS: tuple[Strategy, ...] = (
-    Strategy("checkmate", "Optimal MILP of the Checkmate paper, warm-started from the best baseline.", checkmate,
-             kind=StrategyKind.MILP, backends=tuple(BACKENDS), options=OPTIONS),
+    Strategy("checkmate", "Optimal MILP of the Checkmate paper, warm-started from the best baseline.",
+             checkmate_or_offload, kind=StrategyKind.MILP, backends=tuple(BACKENDS), offload_option="offload",
+             options={**OPTIONS, "offload": "true to also move values to host memory, as checkmate-offload does "
+                                            "(needs 'transfer')"}),
     Strategy("checkmate-lp", "LP relaxation with two-phase rounding; its LP value is a lower bound.", checkmate_lp,
              kind=StrategyKind.LP, backends=tuple(name for name, b in BACKENDS.items() if b.lp), options=LP_OPTIONS),
+    Strategy("checkmate-offload", "Keep, recompute or offload each value: the best of remat only, the offload "
+             "baselines, remat plans moved down to the budget, and a joint MILP on small graphs.", checkmate_offload,
+             kind=StrategyKind.MILP, backends=tuple(BACKENDS), options=JOINT_OPTIONS, offloads=True),
 )
 """The strategies that solve on a backend, after the baselines in the registry."""
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (*BASELINES, *SOLVERS)}
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (*BASELINES, *OFFLOAD_BASELINES, *SOLVERS)}
 
 
 def get_strategy(name: str) -> Strategy:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from remat.schedules import Graph, Plan, Schedule, Simulation
+from remat.schedules import Graph, Plan, Schedule, Simulation, Transfer
 
 from ._context import relative_gap
 
@@ -54,6 +54,9 @@ class Result:
     lower_bound: float | None = None
     fallback: str | None = None
     log: list[str] = field(default_factory=list)
+    transfer: Transfer | None = None
+    """The copy times the plan was simulated with, when the request gave them."""
+    host_budget: int | None = None
 
     @property
     def cost(self) -> float | None:
@@ -75,8 +78,14 @@ class Result:
         return relative_gap(self.cost, self.lower_bound)
 
     @property
+    def host_peak_memory(self) -> int | None:
+        """Bytes of host memory the plan's copies hold at most (0 for a plan without transfers)."""
+        return self.simulation.host_peak_memory if self.simulation else None
+
+    @property
     def fits(self) -> bool:
-        return self.peak_memory is not None and self.peak_memory <= self.budget
+        """Whether the plan's device peak fits the budget, and its host memory the host budget if one was given."""
+        return self.simulation is not None and self.simulation.fits(self.budget, self.host_budget)
 
     def to_json(self, *, log_tail: int = 50, full_schedule: bool = False) -> dict[str, Any]:
         """The remat.result/v1 document; its schedule in the compact form (which grows with the plan), or with
@@ -96,6 +105,9 @@ class Result:
             "overhead": self.overhead,
             "lower_bound": self.lower_bound,
             "gap": self.gap,
+            "host_peak_memory": self.host_peak_memory,
+            "host_budget": self.host_budget,
+            "transfer": None if self.transfer is None else self.transfer.to_json(),
             "min_feasible_budget": g.min_feasible_budget,
             "checkpoint_all_peak": g.checkpoint_all_peak,
             "solve_time_s": round(self.solve_time_s, 4),

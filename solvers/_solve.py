@@ -16,9 +16,11 @@ from remat.schedules import (
     Graph,
     InvalidRequest,
     SolverFailed,
+    Transfer,
     plan_from_schedule,
     resolve_budget,
     simulate,
+    whole_number,
 )
 
 from ._context import (
@@ -56,8 +58,13 @@ def solve(
     on_progress: Callable[[Progress], None] | None = None,
     stop_event: Stop | None = None,
     convergence: Convergence | None = None,
+    transfer: Transfer | None = None,
+    host_budget: int | None = None,
 ) -> Result:
     """Find a plan for ``graph`` within ``budget`` bytes (or ``budget_ratio`` of checkpoint-all's peak).
+
+    ``transfer`` says how long copies to host memory and back last (strategies that offload need
+    it); ``host_budget`` caps the bytes those copies hold on the host.
 
     The solve runs until its strategy ends, it proves its plan optimal, ``stop_event`` is set (a
     cancel, or :meth:`Stop.request` with another reason), ``time_limit_s`` passes or, with a
@@ -75,6 +82,9 @@ def solve(
     if not 0 <= mip_gap < 1:
         raise InvalidRequest(f"'mip_gap' must be in [0, 1), got {mip_gap!r}.", field="mip_gap")
     strat.check_options(options or {})
+    strat.check_transfer(transfer, options)
+    if host_budget is not None:
+        host_budget = whole_number(host_budget, what="'host_budget'", field="host_budget")
     strat.check(graph)
     ctx = SolveContext(
         time_limit_s=time_limit_s,
@@ -86,6 +96,8 @@ def solve(
         on_progress=on_progress,
         started=started,
         convergence=convergence,
+        transfer=transfer,
+        host_budget=host_budget,
     )
     if limit < graph.min_feasible_budget:
         outcome = Outcome(None, infeasible=True, log=[
@@ -96,32 +108,32 @@ def solve(
                 outcome = strat.run(graph, limit, ctx)
         except SolverFailed as e:
             return Result(graph, strategy, None, ResultStatus.ERROR, limit, time.monotonic() - started,
-                          log=[*ctx.log, str(e)])
+                          log=[*ctx.log, str(e)], transfer=transfer, host_budget=host_budget)
     return _finish(graph, strategy, limit, outcome, ctx, started)
 
 
 def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: SolveContext,
             started: float) -> Result:
-    """Simulate the outcome's schedule and decide the status from what the simulation shows."""
+    """Simulate the outcome's plan and decide the status from what the simulation shows."""
     log = [*ctx.log, *outcome.log]
     result = Result(graph, strategy, outcome.backend, ResultStatus.TIMEOUT, budget, 0.0,
-                    fallback=outcome.fallback, log=log)
+                    fallback=outcome.fallback, log=log, transfer=ctx.transfer, host_budget=ctx.host_budget)
     reason = ctx.stop_reason
     if reason is StopReason.CONVERGED and ctx.convergence is not None:
         log.append(f"stopped when converged: the best plan improved by less than {ctx.convergence.tolerance:.2%} "
                    f"in {ctx.convergence.window_s:g} s")
     if outcome.infeasible:
         result.status = ResultStatus.INFEASIBLE
-    elif outcome.schedule is None:
+    elif not outcome.found:
         result.status = ResultStatus.CANCELLED if reason is StopReason.CANCEL else ResultStatus.TIMEOUT
         result.lower_bound = outcome.lower_bound
     else:
         result.schedule = outcome.schedule
-        result.plan = plan_from_schedule(graph, outcome.schedule)
-        result.simulation = simulate(graph, result.plan)
+        result.plan = outcome.plan if outcome.schedule is None else plan_from_schedule(graph, outcome.schedule)
+        result.simulation = simulate(graph, result.plan, transfer=ctx.transfer)
         bound = graph.base_cost if outcome.lower_bound is None else max(graph.base_cost, outcome.lower_bound)
         result.lower_bound = min(bound, result.simulation.cost)
-        if result.simulation.peak_memory > budget:
+        if not result.fits:
             result.status = ResultStatus.OVER_BUDGET
             if outcome.optimal:
                 log.append("the strategy claimed optimality but its plan simulates over budget")

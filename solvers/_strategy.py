@@ -7,14 +7,24 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable
+from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable, Transfer
 
 from ._context import Outcome, SolveContext
 
-__all__ = ["Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph"]
+__all__ = ["Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph", "missing_transfer"]
 
 Runner = Callable[[Graph, int, SolveContext], Outcome]
 Check = Callable[[Graph], None]
+
+
+def missing_transfer(strategy: str, *, option: str | None = None) -> InvalidRequest:
+    """The error for a strategy that offloads (with ``option`` set, if one makes it), run without transfer
+    parameters: what to give."""
+    how = f" with option {option!r}" if option else ""
+    return InvalidRequest(
+        f"Strategy {strategy!r}{how} moves values to host memory and needs to know how long copies take: give "
+        "'transfer' as {\"bandwidth\": bytes per cost unit, \"latency\": cost units} or "
+        "{\"profile\": \"pcie5-x16\", \"seconds_per_cost_unit\": ...}.", field="transfer")
 
 
 def every_graph(graph: Graph) -> None:
@@ -68,7 +78,9 @@ class Strategy:
     told); ``check(graph)`` raises StrategyNotApplicable when the strategy does not apply;
     ``backends`` lists the engines it can use (empty for the baselines, which use none); ``knob``
     names the parameter a heuristic searches (an option that pins it); ``options`` describes the
-    other options it reads from ``ctx.options``.
+    other options it reads from ``ctx.options``; ``offloads`` says its plans copy values to host
+    memory, so it needs transfer parameters; ``offload_option`` names an option that, set to true, makes
+    it offload (``checkmate``'s ``offload``).
     """
 
     name: str
@@ -79,6 +91,24 @@ class Strategy:
     backends: tuple[str, ...] = ()
     knob: str | None = None
     options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    offloads: bool = False
+    offload_option: str | None = None
+
+    def offloads_with(self, options: Mapping[str, Any] | None = None) -> bool:
+        """Whether this strategy, with ``options``, copies values to host memory.
+
+        Raises InvalidRequest when its ``offload_option`` is given as anything but true or false.
+        """
+        chosen = (options or {}).get(self.offload_option, False) if self.offload_option else False
+        if not isinstance(chosen, bool):
+            raise InvalidRequest(f"Option {self.offload_option!r} must be true or false, got {chosen!r}.",
+                                 field="options")
+        return self.offloads or chosen
+
+    def check_transfer(self, transfer: Transfer | None, options: Mapping[str, Any] | None = None) -> None:
+        """Raise InvalidRequest when this strategy offloads (with ``options``) and no transfer parameters were given."""
+        if self.offloads_with(options) and transfer is None:
+            raise missing_transfer(self.name, option=None if self.offloads else self.offload_option)
 
     def check_backend(self, backend: str | None) -> None:
         """Raise InvalidRequest unless ``backend`` is ``auto`` (or None) or one of the engines this strategy uses."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable
+from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable, Transfer
 
 from ._registry import STRATEGIES, get_strategy
 from ._solve import solve
@@ -53,7 +53,7 @@ def sweep_budgets(graph: Graph, points: int = SWEEP_POINTS) -> list[int]:
 
 
 def plan_sweep(graph: Graph, *, strategies: Sequence[str] | None = None, budgets: Sequence[int] | None = None,
-               points: int = SWEEP_POINTS, time_limit_s: float = 60.0) -> SweepPlan:
+               points: int = SWEEP_POINTS, time_limit_s: float = 60.0, transfer: Transfer | None = None) -> SweepPlan:
     """Choose a sweep's strategies and budgets.
 
     Parameters
@@ -66,25 +66,32 @@ def plan_sweep(graph: Graph, *, strategies: Sequence[str] | None = None, budgets
         are found by running each heuristic (a strategy of kind ``baseline``) once, unconstrained.
     time_limit_s : float
         Limit for each of those runs.
+    transfer : Transfer, optional
+        Copy times to host memory and back; with them the default strategies include those that offload.
     """
     if isinstance(points, bool) or not isinstance(points, int) or points < 2:
         raise InvalidRequest(f"A sweep needs at least 2 points (the smallest feasible budget and the "
                              f"checkpoint-all peak), got {points!r}.", field="points")
-    names = sweep_strategies(graph, strategies)
-    natural = _natural_budgets(graph, names, time_limit_s) if budgets is None else {}
+    names = sweep_strategies(graph, strategies, transfer=transfer)
+    natural = _natural_budgets(graph, names, time_limit_s, transfer) if budgets is None else {}
     chosen = sorted(set(sweep_budgets(graph, points)) | set(natural.values())) if budgets is None else budgets
     return SweepPlan(tuple(names), tuple(dict.fromkeys(chosen)), natural)
 
 
-def sweep_strategies(graph: Graph, strategies: Sequence[str] | None = None) -> list[str]:
-    """The strategies of a sweep: those named (each must exist and apply; UnknownStrategy or
-    StrategyNotApplicable otherwise), or every registered strategy that applies to ``graph``."""
+def sweep_strategies(graph: Graph, strategies: Sequence[str] | None = None, *,
+                     transfer: Transfer | None = None) -> list[str]:
+    """The strategies of a sweep: those named (each must exist and apply; UnknownStrategy,
+    StrategyNotApplicable or, for one that offloads without ``transfer``, InvalidRequest otherwise), or
+    every registered strategy that applies to ``graph`` (those that offload only with ``transfer``)."""
     if strategies is not None:
         for name in strategies:
+            get_strategy(name).check_transfer(transfer)
             get_strategy(name).check(graph)
         return list(dict.fromkeys(strategies))
     names = []
     for name, strategy in STRATEGIES.items():
+        if strategy.offloads and transfer is None:
+            continue
         try:
             strategy.check(graph)
         except StrategyNotApplicable:
@@ -93,12 +100,14 @@ def sweep_strategies(graph: Graph, strategies: Sequence[str] | None = None) -> l
     return names
 
 
-def _natural_budgets(graph: Graph, names: Sequence[str], time_limit_s: float) -> dict[str, int]:
+def _natural_budgets(graph: Graph, names: Sequence[str], time_limit_s: float,
+                     transfer: Transfer | None) -> dict[str, int]:
     natural = {}
     for name in names:
         if get_strategy(name).kind is not StrategyKind.BASELINE:
             continue
-        result = solve(graph, budget=graph.checkpoint_all_peak, strategy=name, time_limit_s=time_limit_s)
+        result = solve(graph, budget=graph.checkpoint_all_peak, strategy=name, time_limit_s=time_limit_s,
+                       transfer=transfer)
         if result.peak_memory is not None:
             natural[name] = result.peak_memory
     return natural

@@ -9,6 +9,10 @@ program over stages that still visits every S[t] at every stage.
 node order (recomputations anywhere, any number of times): a shortest path over states (resident
 set, number of nodes computed so far).
 
+``offload_optimum`` searches every offload-only plan of a simple form: each node computed once, in node
+order; wherever a value waits unread between two computes, it is either kept or moved to the host right
+after the compute before the gap and reloaded before any compute of the gap; each plan is simulated.
+
 The named graphs at the end are tiny cases whose optima these searches establish.
 """
 
@@ -16,11 +20,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import combinations
+from itertools import combinations, pairwise, product
 
 from factories import graph_doc
 
-from remat.schedules import Graph
+from remat.schedules import Graph, Op, Plan, Transfer, simulate
 
 
 def stage_optimum(graph: Graph, budget: int) -> float:
@@ -71,6 +75,39 @@ def plan_optimum(graph: Graph, budget: int) -> float:
             if resident >> u & 1:
                 heapq.heappush(queue, (cost, resident & ~(1 << u), first))
     return math.inf
+
+
+def offload_optimum(graph: Graph, budget: int, transfer: Transfer) -> float:
+    """The cheapest offload-only plan of the form in the module docstring within ``budget``; math.inf if none."""
+    touches = [[v, *graph.users[v]] for v in range(graph.size)]
+    gaps = [(v, a, b) for v in range(graph.size) for a, b in pairwise(touches[v]) if b - a > 1]
+    best = math.inf
+    for reloads in product(*[[None, *range(a + 1, b + 1)] for _, a, b in gaps]):
+        simulation = simulate(graph, _offload_plan(graph, gaps, reloads), transfer=transfer)
+        if simulation.peak_memory <= budget:
+            best = min(best, simulation.cost)
+    return best
+
+
+def _offload_plan(graph: Graph, gaps: list[tuple[int, int, int]], reloads: tuple[int | None, ...]) -> Plan:
+    """Checkpoint-all's plan with the chosen gaps moved: out after the compute before, back before ``reloads[k]``."""
+    leaving: dict[int, list[tuple[Op, int]]] = {}
+    arriving: dict[int, list[tuple[Op, int]]] = {}
+    on_host: set[int] = set()
+    for (v, a, _), back in zip(gaps, reloads, strict=True):
+        if back is None:
+            continue
+        leaving.setdefault(a, []).append(("free" if v in on_host else "offload", v))
+        arriving.setdefault(back, []).append(("reload", v))
+        on_host.add(v)
+    dying: dict[int, list[int]] = {}
+    for v, last in enumerate(graph.last_use):
+        dying.setdefault(last, []).append(v)
+    steps: list[tuple[Op, int]] = []
+    for k in range(graph.size):
+        steps += [*arriving.get(k, []), ("compute", k), *leaving.get(k, [])]
+        steps += [("free", v) for v in dying.get(k, [])]
+    return Plan.of(steps)
 
 
 def _subsets(items: range) -> list[frozenset[int]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from remat.schedules import Graph
+from remat.schedules import Graph, Plan, Transfer, checkpoint_all_plan, simulate
 
 BENCHMARK_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "graphs"
 BENCHMARK_NAMES = sorted(p.stem for p in BENCHMARK_DIR.glob("*.json"))
@@ -43,6 +43,31 @@ def chain(n: int, *, cost: float = 1.0, memory: int = 1, fixed_memory: int = 0) 
         nodes.append({"id": f"g{i}", "deps": [upstream, f"f{i}"], "cost": cost, "memory": memory,
                       "kind": "backward"})
     return Graph.from_json(graph_doc(nodes, name=f"chain{n}", fixed_memory=fixed_memory))
+
+
+def three_layers() -> Graph:
+    """A chain of three layers and its backward, one activation (x1, 100 bytes) ten times the others:
+    the graph the offload tests work out by hand (tests/solvers/test_offload_insert.py)."""
+    return Graph.from_json(graph_doc([
+        {"id": "x1", "deps": [], "cost": 1, "memory": 100},
+        {"id": "x2", "deps": ["x1"], "cost": 2, "memory": 10},
+        {"id": "x3", "deps": ["x2"], "cost": 2, "memory": 10},
+        {"id": "loss", "deps": ["x3"], "cost": 1, "memory": 1, "kind": "backward"},
+        {"id": "g3", "deps": ["loss", "x3"], "cost": 2, "memory": 10, "kind": "backward"},
+        {"id": "g2", "deps": ["g3", "x2"], "cost": 2, "memory": 10, "kind": "backward"},
+        {"id": "g1", "deps": ["g2", "x1"], "cost": 1, "memory": 10, "kind": "backward"},
+    ], name="three-layers"))
+
+
+def skip_read() -> Graph:
+    """a (40 bytes) read by b and again by d after c: the four-node graph the simulator's offload tests work out
+    by hand (tests/schedules/test_offload.py), with 100 bytes of fixed memory."""
+    return Graph.from_json(graph_doc([
+        {"id": "a", "deps": [], "cost": 2, "memory": 40},
+        {"id": "b", "deps": ["a"], "cost": 3, "memory": 10},
+        {"id": "c", "deps": ["b"], "cost": 1, "memory": 20},
+        {"id": "d", "deps": ["c", "a"], "cost": 2, "memory": 5},
+    ], fixed_memory=100))
 
 
 @st.composite
@@ -88,3 +113,59 @@ def random_chains(draw: st.DrawFn, *, max_length: int = 10) -> Graph:
 
 def to_json_text(graph: Graph) -> str:
     return json.dumps(graph.to_json())
+
+
+def offloading_plan(graph: Graph) -> Plan:
+    """Checkpoint-all with every forward value the backward reads offloaded after its last forward read and
+    reloaded just before its first backward read (the offload baseline, written for tests)."""
+    kinds = [n.kind for n in graph.nodes]
+    offload_after: dict[int, list[int]] = {}
+    reload_before: dict[int, list[int]] = {}
+    for v in graph.forward_nodes:
+        readers = graph.users[v]
+        after = max((u for u in readers if kinds[u] == "forward"), default=v)
+        before = min((u for u in readers if kinds[u] == "backward"), default=-1)
+        if before > after + 1:  # a backward reader, and computes between the two to hide the copies behind
+            offload_after.setdefault(after, []).append(v)
+            reload_before.setdefault(before, []).append(v)
+    steps: list[tuple[str, int]] = []
+    for op, v in checkpoint_all_plan(graph).steps:
+        if op == "compute":
+            steps += [("reload", u) for u in reload_before.get(v, ())]
+        steps.append((op, v))
+        if op == "compute":
+            steps += [("offload", u) for u in offload_after.get(v, ())]
+    return Plan.of(steps)
+
+
+def offload_result(graph: Graph, transfer: Transfer, *, strategy: str = "offload-test", budget: int | None = None,
+                   host_budget: int | None = None) -> dict[str, Any]:
+    """The remat.result/v1 of :func:`offloading_plan`, simulated with ``transfer`` as solve() would report it."""
+    from remat.solvers import Result, ResultStatus
+
+    plan = offloading_plan(graph)
+    sim = simulate(graph, plan, transfer=transfer)
+    result = Result(graph, strategy, None, ResultStatus.FEASIBLE, budget or sim.peak_memory, 0.01, plan=plan,
+                    simulation=sim, lower_bound=graph.base_cost, transfer=transfer, host_budget=host_budget)
+    if not result.fits:
+        result.status = ResultStatus.OVER_BUDGET
+    return result.to_json()
+
+
+def store_offload_job(data_dir: Path, graph: Graph, transfer: Transfer, *, budget: int | None = None) -> str:
+    """Write a finished job whose result is :func:`offload_result` into the embedded store under ``data_dir``;
+    its id. Call it before the service starts, which then serves the job as any other."""
+    from remat.service import Claim, SolveSpec, SqliteStore
+
+    result = offload_result(graph, transfer, budget=budget)
+    store = SqliteStore(data_dir / "jobs.sqlite3")
+    try:
+        store.put_graph(graph.sha256, graph.to_json())
+        spec = SolveSpec(graph.sha256, result["budget"], result["strategy"], transfer=transfer.to_json())
+        job, _ = store.submit(spec, graph_name=graph.name, token=None)
+        running = store.mark_running(job.id, "test:1:a")
+        assert running is not None
+        store.mark_finished(Claim(job.id, "test:1:a", running.attempts), result)
+    finally:
+        store.close()
+    return job.id

@@ -3,6 +3,7 @@
 >>> m = rematerialize(model, batch, activation_budget=0.5)    # doctest: +SKIP
 >>> loss = m(**batch).loss; loss.backward(); optimizer.step()  # doctest: +SKIP
 >>> compiled = torch.compile(model, backend=backend(budget="6GiB"))  # doctest: +SKIP
+>>> m = rematerialize(model, batch, budget="6GiB", transfer="pcie5-x16")  # may offload  # doctest: +SKIP
 
 The captured step is the model's call (any outputs: a loss, a ModelOutput, logits whose loss is
 computed outside) or ``loss_fn(model, ...)``. The returned module shares the model's parameters and
@@ -17,14 +18,15 @@ from typing import Any
 
 from torch import nn
 
-from remat.schedules import Graph, InvalidRequest, Plan, Simulation
+from remat.schedules import Graph, InvalidRequest, Plan, Simulation, parse_size
 
 from ._backend import PlannedGraph, RematBackend
 from ._cache import PlanCache
 from ._capture import DryRun, LossFn, compile_step, explain, split_inputs, tracing
 from ._errors import CaptureError
 from ._joint import JointGraph
-from ._planning import Budget, Planner
+from ._planning import Budget, Planner, default_strategy
+from ._transfer import TransferSpec
 
 __all__ = ["RematModule", "backend", "capture", "export_graph", "rematerialize"]
 
@@ -104,9 +106,10 @@ class RematModule(nn.Module):
 
 
 def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | None = None, *,
-                  activation_budget: float | None = None, strategy: str = "checkmate", server: str | None = None,
+                  activation_budget: float | None = None, strategy: str | None = None, server: str | None = None,
                   loss_fn: LossFn | None = None, cost_model: str = "flops", device: str | None = None,
                   compiler: str = "eager", backward_from: str | int | None = None,
+                  transfer: TransferSpec = None, host_budget: int | str | None = None,
                   cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
                   graph: Graph | None = None, result: Mapping[str, Any] | None = None,
                   **solve_options: Any) -> RematModule:
@@ -126,8 +129,9 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
     activation_budget : float
         Or a fraction of the step's activation memory (its peak without rematerialization less
         parameters, buffers, inputs and gradients): 0.5 keeps the activations to half.
-    strategy : str
-        A strategy of ``remat strategies``.
+    strategy : str, optional
+        A strategy of ``remat strategies``: ``checkmate`` by default, and with a ``transfer`` the first
+        installed of ``checkmate-offload`` and ``offload-window``.
     server : str, optional
         URL of a remat service to solve on; in-process by default.
     loss_fn : callable, optional
@@ -145,6 +149,13 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
         so the backward neither allocates nor holds theirs, and they are counted until the end of
         the forward only (a warning says so if one is still held when the backward starts). By
         default every output may carry a gradient and is counted until the end of the step.
+    transfer : str, Transfer or dict, optional
+        Let the plan copy values to host memory and back over this device-host link: a name of
+        ``remat.schedules.TRANSFER_PROFILES`` (``"pcie5-x16"``...), ``"auto"`` for the link of the
+        CUDA device the model is on, or a ``Transfer`` in the graph's units. Copies run on streams of
+        their own beside the compute (on the CPU, where there are none, they run in place).
+    host_budget : int or str, optional
+        Bytes the plan's host copies may hold (``"64GiB"``...); unbounded by default.
     cache : bool, path or PlanCache
         Keep plans on disk (default ``~/.cache/remat/plans``), so that a script run again does not
         solve again; False to always solve.
@@ -170,19 +181,20 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
     """
     if result is not None and budget is None and activation_budget is None:
         budget = int(result.get("budget") or 0)
-    planner = Planner(strategy=strategy, server=server, options=solve_options, cache=_cache(cache),
-                      progress=progress, given=result)
+    planner = _planner(strategy, transfer, host_budget, server=server, options=solve_options, cache=cache,
+                       progress=progress, given=result)
     remat_backend = RematBackend(Budget.of(budget, activation_budget), planner, name=type(model).__name__,
                                  cost_model=cost_model, device=device, compiler=compiler, costs_from=graph,
-                                 backward_from=backward_from)
+                                 backward_from=backward_from, transfer=transfer)
     module = RematModule(model, loss_fn, remat_backend)
     module._plan_for(*split_inputs(example_inputs))
     return module
 
 
-def backend(budget: int | str | None = None, *, activation_budget: float | None = None, strategy: str = "checkmate",
+def backend(budget: int | str | None = None, *, activation_budget: float | None = None, strategy: str | None = None,
             server: str | None = None, cost_model: str = "flops", device: str | None = None,
-            compiler: str = "eager", cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
+            compiler: str = "eager", transfer: TransferSpec = None, host_budget: int | str | None = None,
+            cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
             **solve_options: Any) -> RematBackend:
     """A torch.compile backend that plans every training graph within the budget.
 
@@ -191,10 +203,10 @@ def backend(budget: int | str | None = None, *, activation_budget: float | None 
     Compile with ``dynamic=False`` (remat plans static shapes); without ``fullgraph=True`` the graphs
     of a step share a byte budget in the order they first run (:mod:`remat.clients.torch._backend`).
     """
-    planner = Planner(strategy=strategy, server=server, options=solve_options, cache=_cache(cache),
-                      progress=progress)
+    planner = _planner(strategy, transfer, host_budget, server=server, options=solve_options, cache=cache,
+                       progress=progress)
     return RematBackend(Budget.of(budget, activation_budget), planner, cost_model=cost_model, device=device,
-                        compiler=compiler)
+                        compiler=compiler, transfer=transfer)
 
 
 def capture(model: nn.Module, example_inputs: Any, *, loss_fn: LossFn | None = None, cost_model: str = "flops",
@@ -242,6 +254,18 @@ def _reraise(e: Exception, what: str) -> None:
     if shown is e:
         raise e
     raise shown from (None if shown is getattr(e, "inner_exception", None) else e)
+
+
+def _planner(strategy: str | None, transfer: TransferSpec, host_budget: int | str | None, *, server: str | None,
+             options: Mapping[str, Any], cache: bool | str | os.PathLike[str] | PlanCache, progress: bool,
+             given: Mapping[str, Any] | None = None) -> Planner:
+    """The planner of :func:`rematerialize` and :func:`backend`; the default strategy depends on the transfer (a
+    result ``given`` is followed whatever the strategy)."""
+    if strategy is None:
+        strategy = "checkmate" if given is not None else default_strategy(offload=transfer is not None)
+    return Planner(strategy=strategy, server=server,
+                   options=options, cache=_cache(cache), progress=progress, given=given,
+                   host_budget=None if host_budget is None else parse_size(host_budget))
 
 
 def _cache(cache: bool | str | os.PathLike[str] | PlanCache) -> PlanCache | None:

@@ -5,7 +5,9 @@ forward+backward graph and hands that to a partitioner. remat's partitioner desc
 graph (:mod:`._joint`), costs it (:mod:`._costs`), gets a plan within the budget (:mod:`._planning`)
 and lowers the plan into the forward and backward graphs (:mod:`._lower`), which run op for op
 (``compiler="eager"``) or compiled by Inductor (``compiler="inductor"``: the plan's computations,
-recomputations included, are kept; Inductor fuses them and places its own frees).
+recomputations included, are kept; Inductor fuses them and places its own frees). Given a
+transfer (:mod:`._transfer`), a plan may also copy values to host memory and back
+(:mod:`._offload`); such plans run with ``compiler="eager"``.
 
 Graphs are planned as they come: a new input shape is a new graph with a plan of its own, as
 torch.compile recompiles. A step with graph breaks (torch.compile without ``fullgraph=True``) is
@@ -34,6 +36,7 @@ from ._errors import CaptureError, PlanRejected
 from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
 from ._planning import Budget, Planner, check_result, computing_random_ops_once
+from ._transfer import TransferSpec, check_transfer, transfer_for
 
 __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
 
@@ -64,10 +67,13 @@ class RematBackend:
 
     def __init__(self, budget: Budget | None, planner: Planner | None, *, name: str = "step",
                  cost_model: str = "flops", device: str | None = None, compiler: str = "eager",
-                 costs_from: Graph | None = None, backward_from: str | int | None = None) -> None:
+                 costs_from: Graph | None = None, backward_from: str | int | None = None,
+                 transfer: TransferSpec = None) -> None:
         if compiler not in COMPILERS:
             raise InvalidRequest(f"Unknown compiler {compiler!r}; choose one of: {', '.join(COMPILERS)}.",
                                  field="compiler")
+        self.transfer = check_transfer(transfer)
+        """The link plans may copy values over (checked; converted to each graph's units when it is planned)."""
         self.budget = budget
         self.planner = planner
         self.name = name
@@ -133,15 +139,21 @@ class RematBackend:
         assert self.budget is not None and self.planner is not None
         held = sum(b for f, b in self._held.items() if f != frame)
         budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
-        solved, source = self.planner.result(graph, budget, what=joint.name)
-        plan, simulation = check_result(graph, solved, budget=budget, joint=joint)
+        transfer = transfer_for(self.transfer, graph, joint)
+        solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
+        plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
+                                        host_budget=self.planner.host_budget)
         result: Mapping[str, Any] = solved
+        if plan.has_transfers and self.compiler != "eager":
+            raise PlanRejected(f"The plan copies values to host memory and back, which only compiler='eager' runs "
+                               f"(Inductor places its own frees); use compiler='eager', or no transfer with "
+                               f"compiler={self.compiler!r}.")
         if self.compiler == "inductor":
             result, plan, simulation = _random_ops_once(graph, solved, plan, simulation, budget)
         steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
         self._held[frame] = int(simulation.timeline[split_point(joint, steps) - 1])
         self.planned.append(PlannedGraph(joint, graph, result, plan, simulation, budget, source))
-        return lower(joint, graph, plan, frees=self.compiler == "eager")
+        return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
 
     def costed(self, joint: JointGraph, args: Sequence[Any] | None) -> Graph:
         """The joint graph's remat.graph/v1: costs from ``costs_from`` when given (the same graph), else made."""

@@ -9,22 +9,32 @@ instance. A random op computed more than once saves the generator state at its f
 replays it at the others, so every instance draws the same numbers. An input the step updates in
 place (batch norm's running statistics) reaches the backward as a copy taken before the update. A
 value the step returns is computed once: a plan that computes it again gets the first instance.
+
+An ``offload`` copies the value's storage to host memory (:class:`~._offload.HostCopies`) and the
+value leaves the live set; its device instance is dropped, and a reload issued, where the plan's
+timing puts that memory's release or allocation (:func:`~._offload.effect_points`); a reloaded
+value is waited for right before its first reader or its free; a ``wait`` holds the compute stream
+until an offload's copy has ended. Host copies made in the forward go to
+the backward with the saved values, and every host copy is held to the end of the step, as the
+plan counts it.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import fx
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
-from remat.schedules import Graph, Plan
+from remat.schedules import Graph, Plan, Timing
 
 from ._errors import PlanRejected
 from ._joint import FORWARD_END, JointGraph, first_output
+from ._offload import HostCopies, effect_points
 
 __all__ = ["boxed_compiler", "lower", "release", "split_point"]
 
@@ -52,12 +62,13 @@ def boxed_compiler(gm: fx.GraphModule, _example_inputs: Any) -> Callable[[list[A
     return run
 
 
-def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True) -> tuple[fx.GraphModule,
-                                                                                       fx.GraphModule]:
+def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True,
+          timing: Timing | None = None) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The forward and backward graph modules that execute ``plan`` (already simulated) on ``joint``.
 
     With ``frees`` off, values are dropped after their last use instead of where the plan frees
     them (for a compiler that plans its own buffers, which the release calls would get in the way of).
+    A plan with transfers needs the frees and its simulation's ``timing``.
     """
     gm = joint.module
     nodes = {n.name: n for n in gm.graph.nodes}
@@ -68,15 +79,16 @@ def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True) ->
     for op, name in steps:
         if op == "compute":
             counts[name] = counts.get(name, 0) + 1
+    moves = _Moves.of(steps, plan, timing, frees=frees) if plan.has_transfers else None
 
-    fwd = _Phase(joint, nodes, counts, frees=frees)
+    fwd = _Phase(joint, nodes, counts, frees=frees, moves=moves)
     for placeholder in joint.primals:
         fwd.inputs[placeholder] = fwd.graph.placeholder(placeholder)
         fwd.inputs[placeholder].meta = dict(nodes[placeholder].meta)
     fwd.run(steps[:split])
     forward_outputs = [fwd.output_value(i) for i in range(joint.num_forward_outputs)]
 
-    bwd = _Phase(joint, nodes, counts, frees=frees, earlier=fwd)
+    bwd = _Phase(joint, nodes, counts, frees=frees, moves=moves, earlier=fwd)
     fwd.carry_into(bwd, later=steps[split:])
     tangents = []
     for name in joint.tangents:
@@ -84,7 +96,8 @@ def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True) ->
         tangents[-1].meta = dict(nodes[name].meta)
         bwd.inputs[name] = tangents[-1]
     bwd.lazy_before = tangents[0]
-    bwd.run(steps[split:])
+    bwd.run(steps[split:], start=split)
+    bwd.finish()
     gradients = [bwd.output_value(i) if joint.outputs[i] is not None else None
                  for i in range(joint.num_forward_outputs, len(joint.outputs))]
     bwd.graph.output(tuple(gradients))
@@ -120,6 +133,45 @@ def _check_order(joint: JointGraph, steps: Sequence[tuple[str, str]], split: int
                            "different numbers than the unpatched model.")
 
 
+@dataclass
+class _Moves:
+    """The transfers of a plan as the lowering places them, and the copies that run them."""
+
+    steps: Sequence[tuple[str, str]]
+    due: dict[int, list[int]]
+    """Compute statement (or the plan's length, for the end) -> the transfers whose memory effect comes before it."""
+    made: set[int]
+    """Compute statements whose value is offloaded later: where it is complete is marked for the copy."""
+    copies: HostCopies = field(default_factory=HostCopies)
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The node metadata of each offloaded tensor, by key, for the reloaded one."""
+
+    @classmethod
+    def of(cls, steps: Sequence[tuple[str, str]], plan: Plan, timing: Timing | None, *, frees: bool) -> _Moves:
+        """The transfers of ``plan`` placed by its ``timing``; the frees must be lowered too."""
+        assert frees and timing is not None, "a plan with transfers runs where the plan frees, from its timing"
+        due: dict[int, list[int]] = {}
+        for k, point in effect_points(plan, timing).items():
+            due.setdefault(point, []).append(k)
+        made, last = set(), {}
+        for k, (op, name) in enumerate(steps):
+            if op == "compute":
+                last[name] = k
+            elif op == "offload":
+                made.add(last[name])
+        return cls(steps, due, made)
+
+
+def _label(what: str, name: str, element: int | None = None) -> str:
+    """A placeholder's name (an identifier) for ``what`` of a value or of one of its outputs."""
+    return f"{what}_{name}" if element is None else f"{what}_{name}_{element}"
+
+
+def _key(name: str, element: int | None) -> str:
+    """The key of one tensor of a value for the copies: its name, or ``name[i]`` for an op's output ``i``."""
+    return name if element is None else f"{name}[{element}]"
+
+
 class _Phase:
     """One of the two graphs being built: the live instance of every resident producer, by name.
 
@@ -129,11 +181,12 @@ class _Phase:
     """
 
     def __init__(self, joint: JointGraph, nodes: dict[str, fx.Node], counts: dict[str, int], *, frees: bool,
-                 earlier: _Phase | None = None) -> None:
+                 moves: _Moves | None = None, earlier: _Phase | None = None) -> None:
         self.joint = joint
         self.nodes = nodes
         self.counts = counts
         self.frees = frees
+        self.moves = moves
         self.earlier = earlier
         self.graph = fx.Graph()
         self.inputs: dict[str, fx.Node] = {}
@@ -147,21 +200,44 @@ class _Phase:
         self.saves: list[tuple[fx.Node, fx.Node]] = []
         """(the earlier phase's node, this phase's placeholder) for every value passed on to this phase."""
         self.lazy_before: fx.Node | None = None
+        self.host: dict[str, dict[int | None, fx.Node]] = {}
+        """The host copies of each offloaded value, by output (None for a value that is one tensor)."""
+        self.leaving: dict[int, dict[int | None, fx.Node]] = {}
+        """By offload statement, the device tensors of the value (by output) kept until the plan releases them."""
+        self.reloads: dict[str, int] = {}
+        """Values the plan has reloaded whose reload is not issued yet, and the reload statement."""
+        self.loading: set[str] = set()
+        """Values whose reload is issued and not yet waited for."""
         self._constants: dict[str, fx.Node] = {}
         self._pending_free: list[fx.Node] = []
         self._outputs_of = _outputs_by_root(joint)
 
-    def run(self, steps: Sequence[tuple[str, str]]) -> None:
-        for op, name in steps:
+    def run(self, steps: Sequence[tuple[str, str]], start: int = 0) -> None:
+        """Add the plan's ``steps``, the first being statement ``start`` of the plan."""
+        for k, (op, name) in enumerate(steps, start):
+            if op == "compute":
+                self._flush_frees()
+                self._transfers_due(k)
             if name == FORWARD_END:  # computes nothing; what it reads is returned from where it lives
                 self.computed.add(name)
                 continue
             if op == "free":
+                self._ready(name)
                 instance = self.current.pop(name)
                 self._pending_free.extend(instance.values() if isinstance(instance, dict) else [instance])
                 continue
-            self._flush_frees()
-            self.current[name] = self._compute(name)
+            if op == "offload":
+                self._offload(k, name)
+                continue
+            if op == "reload":
+                self._reload(k, name)
+                continue
+            if op == "wait":
+                self._wait(name)
+                continue
+            instance = self.current[name] = self._compute(name)
+            if self.moves is not None and k in self.moves.made:
+                self.graph.call_function(self.moves.copies.made, (name, instance))
             if name not in self.computed:
                 self._capture_outputs(name)
             if self.joint.index[name].pinned:
@@ -169,12 +245,108 @@ class _Phase:
             self.computed.add(name)
         self._flush_frees()
 
+    def finish(self) -> None:
+        """End the step: the transfers due at the end, the waits still owed, and the host copies let go."""
+        if self.moves is not None:
+            self._transfers_due(len(self.moves.steps))
+        for name in list(self.loading):
+            self._ready(name)
+        self._flush_frees()
+        hosts = [node for copies in self.host.values() for node in copies.values()]
+        if hosts:
+            self.graph.call_function(release, tuple(hosts))
+
+    def _offload(self, k: int, name: str) -> None:
+        """Start copying ``name`` to host memory; its device tensors stay until the plan releases them."""
+        assert self.moves is not None
+        instance = self.current.pop(name)
+        if self.joint.index[name].pinned:
+            return  # a value the step returns holds no memory of its own: it stays where it is held
+        copies = self.moves.copies
+        self.leaving[k] = self._elements(name, instance)
+        self.host[name] = {}
+        for i, element in self.leaving[k].items():
+            key = _key(name, i)
+            host = self.graph.call_function(copies.offload, (element, name, key))
+            host.meta = {"val": _host_value(element.meta["val"])}
+            self.moves.meta[key] = dict(element.meta)
+            self.host[name][i] = host
+
+    def _reload(self, k: int, name: str) -> None:
+        """``name`` is resident again from statement ``k``; its copy is issued where the plan's timing says."""
+        if self.joint.index[name].pinned:
+            self.current[name] = self._first_instance(name)
+        else:
+            self.reloads[name] = k
+
+    def _wait(self, name: str) -> None:
+        """Hold the compute stream until the offload of ``name`` has been copied."""
+        assert self.moves is not None
+        for i in self.host.get(name, {}):
+            key = _key(name, i)
+            self.graph.call_function(self.moves.copies.wait, (key, self.moves.meta[key]["val"].device))
+
+    def _transfers_due(self, k: int) -> None:
+        """Before compute statement ``k``: drop the offloaded tensors the plan releases, issue the reloads it starts."""
+        if self.moves is None:
+            return
+        for step in self.moves.due.get(k, ()):
+            op, name = self.moves.steps[step]
+            if op == "offload":
+                for i, element in self.leaving.pop(step, {}).items():
+                    self.graph.call_function(self.moves.copies.release, (_key(name, i), element))
+            elif self.reloads.get(name) == step:
+                self._issue(name)
+
+    def _issue(self, name: str) -> None:
+        """Issue the reload of ``name``: its device tensors, to wait for before use."""
+        assert self.moves is not None
+        del self.reloads[name]
+        reloaded = {}
+        for i, host in self.host[name].items():
+            key = _key(name, i)
+            meta = self.moves.meta[key]
+            reloaded[i] = self.graph.call_function(self.moves.copies.reload, (host, key, meta["val"].device))
+            reloaded[i].meta = dict(meta)
+        self.current[name] = reloaded.pop(None) if None in reloaded else reloaded  # type: ignore[assignment]
+        self.loading.add(name)
+
+    def _ready(self, name: str | None) -> None:
+        """Make a reloaded ``name`` usable here: issue its reload if it is not yet, and wait for it."""
+        if name in self.reloads:
+            self._issue(name)  # type: ignore[arg-type]
+        if name not in self.loading:
+            return
+        assert self.moves is not None and name is not None
+        self.loading.discard(name)
+        instance = self.current[name]
+        ready = {}
+        for i, element in (instance.items() if isinstance(instance, dict) else [(None, instance)]):
+            ready[i] = self.graph.call_function(self.moves.copies.ready, (element, _key(name, i)))
+            ready[i].meta = dict(element.meta)
+        self.current[name] = ready.pop(None) if None in ready else ready  # type: ignore[assignment]
+
+    def _elements(self, name: str, instance: fx.Node | dict[int, fx.Node]) -> dict[int | None, fx.Node]:
+        """The tensors of a live value: itself (under None), or each tensor output of an op with several."""
+        if isinstance(instance, dict):
+            return dict(instance)  # type: ignore[arg-type]
+        val = self.nodes[name].meta.get("val")
+        if not isinstance(val, (list, tuple)):
+            return {None: instance}
+        elements: dict[int | None, fx.Node] = {}
+        for k, element in enumerate(val):
+            if isinstance(element, torch.Tensor):
+                elements[k] = self.graph.call_function(operator.getitem, (instance, k))
+                elements[k].meta = {"val": element}
+        return elements
+
     def _compute(self, name: str) -> fx.Node:
         node = self.nodes[name]
         producer = self.joint.index[name]
         if producer.pinned and name in self.computed:
             return self._first_instance(name)
         if producer.output_of is not None:
+            self._ready(producer.output_of)
             source = self.current[producer.output_of]
             if isinstance(source, dict):
                 return source[node.args[1]]  # type: ignore[index]
@@ -209,10 +381,12 @@ class _Phase:
     def _live(self, node: fx.Node) -> fx.Node:
         """The node of this phase for the joint graph's ``node`` from what is live in this phase."""
         name = node.name
+        self._ready(name)
         if name in self.current:
             return self._instance(name)
         if name in self.joint.parent:
             parent = self.joint.parent[name]
+            self._ready(parent)
             elements = self.current.get(parent)
             if isinstance(elements, dict):
                 index: Any = node.args[1]
@@ -305,18 +479,22 @@ class _Phase:
             later_phase.saves.append((value, placeholder))
             return placeholder
 
-        for name in self.current:
-            val = self.nodes[name].meta.get("val")
-            if not isinstance(val, (list, tuple)):
-                later_phase.current[name] = carry(self._instance(name), f"saved_{name}")
-                continue
-            elements: dict[int, fx.Node] = {}
-            for k, element in enumerate(val):
-                if isinstance(element, torch.Tensor):
-                    item = self.graph.call_function(operator.getitem, (self._instance(name), k))
-                    item.meta = {"val": element}
-                    elements[k] = carry(item, f"saved_{name}_{k}")
-            later_phase.current[name] = elements
+        for name in list(self.loading):
+            self._ready(name)
+        for name, instance in self.current.items():
+            elements = self._elements(name, instance)
+            if None in elements:
+                later_phase.current[name] = carry(elements[None], f"saved_{name}")
+            else:
+                later_phase.current[name] = {k: carry(item, f"saved_{name}_{k}")  # type: ignore[misc]
+                                             for k, item in elements.items()}
+        for name, copies in self.host.items():
+            later_phase.host[name] = {i: carry(host, _label("host", name, i)) for i, host in copies.items()}
+        for k, leaving in self.leaving.items():
+            assert self.moves is not None
+            name = self.moves.steps[k][1]
+            later_phase.leaving[k] = {i: carry(element, _label("leaving", name, i)) for i, element in leaving.items()}
+        later_phase.reloads = dict(self.reloads)
         for name, state in self.rng_state.items():
             if name in later_names:
                 later_phase.rng_state[name] = carry(state, f"rng_state_{name}")
@@ -324,6 +502,11 @@ class _Phase:
             if i >= self.joint.num_forward_outputs:
                 later_phase.captured[i] = carry(value, f"output_{i}")
         later_phase.computed = set(self.computed)
+
+
+def _host_value(val: torch.Tensor) -> torch.Tensor:
+    """A fake tensor like the host copy of ``val``: its whole storage, flat, in host memory."""
+    return val.new_empty((val.untyped_storage().nbytes() // val.element_size(),), device="cpu")
 
 
 def _fake_rng_state(node: fx.Node) -> torch.Tensor:

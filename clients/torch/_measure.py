@@ -3,18 +3,22 @@
 On the CPU, :class:`LiveBytes` counts the bytes of every storage created while it is active and
 reads the total right after each op, the simulator's rule, so a plan's simulated peak can be
 checked to the byte; buffers that Inductor-compiled code allocates are counted too (their
-allocator is routed through the dispatcher while the mode is active). On CUDA, the allocator's
-peak is used (it adds rounding and workspaces).
+allocator is routed through the dispatcher while the mode is active). Host copies of offloaded
+values, made under :func:`host_memory`, are counted apart: on the CPU the device is the host, and
+the ruler still tells the two memories apart. On CUDA, the allocator's peak is used (it adds
+rounding and workspaces).
 Times are medians of repeated runs: CUDA events on a GPU, the wall clock or the process's CPU
 time on the CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +26,20 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["LiveBytes", "StepTime", "activation_peak", "time_call"]
+__all__ = ["LiveBytes", "StepTime", "activation_peak", "host_memory", "time_call"]
+
+_making = threading.local()
+
+
+@contextlib.contextmanager
+def host_memory() -> Iterator[None]:
+    """Storages made in this block are host copies of device values: :class:`LiveBytes` counts them apart."""
+    before = getattr(_making, "host", False)
+    _making.host = True
+    try:
+        yield
+    finally:
+        _making.host = before
 
 
 @dataclass(frozen=True)
@@ -30,6 +47,8 @@ class _Allocation:
     nbytes: int
     born: int
     """Index in the timeline of the op that made the storage."""
+    host: bool = False
+    """A host copy (made under :func:`host_memory`): counted in ``host_current``, not ``current``."""
 
 
 class LiveBytes(TorchDispatchMode):
@@ -37,6 +56,8 @@ class LiveBytes(TorchDispatchMode):
 
     Storages that exist before the mode starts (parameters, inputs) are not counted. Run one
     warm-up step outside the mode first: tracing and compilation create storages of their own.
+    Host copies (made under :func:`host_memory`) are counted in ``host_current`` and ``host_peak``
+    instead, so ``current``, ``peak`` and ``timeline`` are device memory even on the CPU.
 
     Examples
     --------
@@ -56,6 +77,8 @@ class LiveBytes(TorchDispatchMode):
         super().__init__()
         self.current = 0
         self.peak = 0
+        self.host_current = 0
+        self.host_peak = 0
         self.timeline: list[int] = []
         self._live: dict[int, _Allocation] = {}
         self._refs: list[weakref.ref[Any]] = []
@@ -83,6 +106,7 @@ class LiveBytes(TorchDispatchMode):
                 self._track(t.untyped_storage(), seen)
         self.timeline.append(self.current)
         self.peak = max(self.peak, self.current)
+        self.host_peak = max(self.host_peak, self.host_current)
         return out
 
     def _track(self, storage: torch.UntypedStorage, seen: set[int]) -> None:
@@ -90,9 +114,9 @@ class LiveBytes(TorchDispatchMode):
         if key in seen or key in self._live:
             return
         seen.add(key)
-        record = _Allocation(storage.nbytes(), born=len(self.timeline))
+        record = _Allocation(storage.nbytes(), born=len(self.timeline), host=getattr(_making, "host", False))
         self._live[key] = record
-        self.current += record.nbytes
+        self._count(record, +1)
         self._refs.append(weakref.ref(storage, self._on_death(key)))
 
     def _on_death(self, key: int) -> Callable[[Any], None]:
@@ -101,9 +125,15 @@ class LiveBytes(TorchDispatchMode):
         def release(_: Any) -> None:
             record = self._live.pop(key, None)
             if record is not None:
-                self.current -= record.nbytes
+                self._count(record, -1)
 
         return release
+
+    def _count(self, record: _Allocation, sign: int) -> None:
+        if record.host:
+            self.host_current += sign * record.nbytes
+        else:
+            self.current += sign * record.nbytes
 
     def peak_excluding(self, tensors: Iterable[torch.Tensor | None]) -> int:
         """The peak with the storages of ``tensors`` (alive now, such as gradients) left out throughout."""

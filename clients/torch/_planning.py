@@ -4,7 +4,8 @@ A budget is what the user reasons about: the bytes the training step may hold in
 buffers, inputs, gradients, activations; what the allocator's peak would report, less what lives
 outside the step such as optimizer state), or a fraction of the step's activation memory, the part
 that checkpointing trades for compute. A plan comes from the plan cache, the in-process solver or a
-remat service; whatever its source, it is simulated on the graph and refused unless it fits.
+remat service; whatever its source, it is simulated on the graph (in time, with the transfer
+parameters, when it copies values to host memory) and refused unless it fits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from remat.schedules import (
     Op,
     Plan,
     Simulation,
+    Transfer,
     format_size,
     parse_size,
     simulate,
@@ -32,11 +34,16 @@ from ._errors import PlanRejected
 from ._joint import JointGraph
 from ._progress import ProgressLine
 
-__all__ = ["SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio", "check_result",
-           "computing_random_ops_once"]
+__all__ = ["OFFLOAD_STRATEGIES", "SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio",
+           "check_result", "computing_random_ops_once", "default_strategy"]
 
 SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap", "options")
 """Solver options a remat service takes with a request."""
+
+OFFLOAD_STRATEGIES = ("checkmate-offload", "offload-window")
+"""The strategies a step that may copy values to host memory is planned by unless one is named: the first
+installed. ``checkmate-offload`` decides keep, recompute or offload per value jointly; ``offload-window`` is the
+adaptive window of the out-of-core heuristic."""
 
 MIN_FLOOR_STRATEGY = "checkpoint-last"
 """The baseline that holds the least (only what the next op needs): its plan says how low a plan can go."""
@@ -84,6 +91,22 @@ class Budget:
         return format_size(self.total) if self.total is not None else f"{self.activations:g} of the activation memory"
 
 
+def default_strategy(*, offload: bool) -> str:
+    """The strategy to plan by when none is named: ``checkmate``, or with ``offload`` the first of OFFLOAD_STRATEGIES
+    installed."""
+    if not offload:
+        return "checkmate"
+    from remat.solvers import STRATEGIES
+
+    installed = [name for name in OFFLOAD_STRATEGIES if name in STRATEGIES]
+    if not installed:
+        offloading = [name for name, s in STRATEGIES.items() if s.offloads]
+        raise InvalidRequest(f"A transfer was given, and none of the strategies it defaults to "
+                             f"({', '.join(OFFLOAD_STRATEGIES)}) is installed; name one with strategy= "
+                             f"({', '.join(offloading) or 'none installed offloads'}).", field="strategy")
+    return installed[0]
+
+
 def activation_memory(graph: Graph, joint: JointGraph) -> int:
     """The step's activation memory: its peak without rematerialization less what it holds anyway."""
     return graph.checkpoint_all_peak - joint.resident_memory
@@ -102,6 +125,7 @@ class Planner:
     ``options`` go to :func:`remat.solvers.solve` (``backend``, ``time_limit_s``, ``mip_gap``,
     ``threads``, ``options``, ``convergence``); a service takes only those of SERVER_OPTIONS. Local
     solves stop when converged (:class:`remat.solvers.Convergence`) unless ``convergence=None`` is given.
+    ``host_budget`` caps the host memory of a plan's copies (bytes); the transfer comes with each graph.
     """
 
     strategy: str = "checkmate"
@@ -110,6 +134,7 @@ class Planner:
     cache: PlanCache | None = None
     progress: bool = True
     given: Mapping[str, Any] | None = None
+    host_budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.server is not None and set(self.options) - set(SERVER_OPTIONS):
@@ -117,31 +142,39 @@ class Planner:
             raise InvalidRequest(f"A remat service takes only {', '.join(SERVER_OPTIONS)} with a request; "
                                  f"drop {extra} or solve in-process.", field="server")
 
-    def result(self, graph: Graph, budget: int, *, what: str) -> tuple[dict[str, Any], str]:
-        """A remat.result/v1 for ``graph`` at ``budget`` bytes and where it came from: given, cache or solved."""
+    def result(self, graph: Graph, budget: int, *, what: str,
+               transfer: Transfer | None = None) -> tuple[dict[str, Any], str]:
+        """A remat.result/v1 for ``graph`` at ``budget`` bytes and where it came from: given, cache or solved.
+
+        With ``transfer``, the plan may copy values to host memory and back over that link.
+        """
         if self.given is not None:
             return dict(self.given), "given"
-        key = PlanCache.key(graph.sha256, budget, self.strategy, self.options)
+        copies = {} if transfer is None else {"transfer": transfer.to_json(), "host_budget": self.host_budget}
+        key = PlanCache.key(graph.sha256, budget, self.strategy, {**self.options, **copies})
         cached = self.cache.get(key) if self.cache is not None else None
         if cached is not None and cached.get("status") in FITTING_STATUSES \
                 and cached.get("graph_sha256") == graph.sha256:
             return cached, "cache"
-        result = self._solve(graph, budget, what)
+        result = self._solve(graph, budget, what, copies)
         if result.get("status") not in FITTING_STATUSES:
             result = self._smallest_plan(graph, budget, result)
         if self.cache is not None and result.get("status") in FITTING_STATUSES:
             self.cache.put(key, result)
         return result, "solved"
 
-    def _solve(self, graph: Graph, budget: int, what: str) -> dict[str, Any]:
+    def _solve(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> dict[str, Any]:
+        """Solve here or on the service; ``copies`` holds the request's ``transfer`` (JSON) and ``host_budget``."""
         if self.server is not None:
             from remat.clients.http import Client
 
             with Client(self.server) as client:
-                return client.solve(graph, budget=budget, strategy=self.strategy, **self.options)
+                return client.solve(graph, budget=budget, strategy=self.strategy, **copies, **self.options)
         from remat.solvers import solve
 
-        options: dict[str, Any] = {"convergence": Convergence(), **self.options}
+        transfer = Transfer.from_json(copies["transfer"]) if copies else None
+        options: dict[str, Any] = {"convergence": Convergence(), "transfer": transfer,
+                                   "host_budget": self.host_budget, **self.options}
         line = ProgressLine(f"planning {what} ({graph.size} nodes) within {format_size(budget)}", graph.base_cost) \
             if self.progress else None
         result = solve(graph, budget=budget, strategy=self.strategy, on_progress=line.update if line else None,
@@ -194,11 +227,13 @@ def computing_random_ops_once(graph: Graph, plan: Plan) -> Plan:
     return Plan.of(steps)
 
 
-def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int,
-                 joint: JointGraph | None = None) -> tuple[Plan, Simulation]:
+def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int, joint: JointGraph | None = None,
+                 transfer: Transfer | None = None, host_budget: int | None = None) -> tuple[Plan, Simulation]:
     """Re-simulate the plan of a remat.result/v1 and refuse it unless it fits ``budget`` on this graph.
 
-    With the ``joint`` graph, a refusal also quotes budgets as fractions of the activation memory.
+    A plan that copies values to host memory is simulated with ``transfer`` (by default the result's
+    own) and must also keep its host copies within ``host_budget``. With the ``joint`` graph, a
+    refusal also quotes budgets as fractions of the activation memory.
     """
     status = result.get("status")
     if status not in FITTING_STATUSES:
@@ -207,12 +242,17 @@ def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int,
         raise PlanRejected("The result was made for another graph (its graph_sha256 differs).")
     try:
         plan = Plan.from_json(graph, result.get("plan"))
-        simulation = simulate(graph, plan)
-    except InvalidPlan as e:
+        if transfer is None and plan.has_transfers and result.get("transfer") is not None:
+            transfer = Transfer.from_json(result["transfer"])
+        simulation = simulate(graph, plan, transfer=transfer)
+    except (InvalidPlan, InvalidRequest) as e:
         raise PlanRejected(f"The plan received does not simulate: {e}") from e
     if simulation.peak_memory > budget:
         raise PlanRejected(f"The plan received peaks at {format_size(simulation.peak_memory)}, over the budget "
                            f"of {format_size(budget)}.")
+    if host_budget is not None and simulation.host_peak_memory > host_budget:
+        raise PlanRejected(f"The plan received holds {format_size(simulation.host_peak_memory)} of host memory, over "
+                           f"the host budget of {format_size(host_budget)}.")
     return plan, simulation
 
 

@@ -19,6 +19,7 @@ from remat.schedules import Graph
 
 from .._errors import JobNotFound
 from .._jobs import Job, JobStatus
+from .._max_batch_schemas import MaxBatchSummary
 from .._schemas import JobPublic, SweepSummary
 from .._service import Service
 from .._sweeps import Sweep
@@ -100,11 +101,13 @@ def load_sweep(service: Service, sweep: Sweep) -> SweepView:
 
 
 def load_recent(service: Service, token: str | None, *, sweeps: int, jobs: int) -> dict[str, Any]:
-    """The front page's lists: ``token``'s recent sweeps with their jobs' counts, its recent jobs with their
-    results' numbers."""
+    """The front page's lists: ``token``'s recent sweeps with their jobs' counts, its recent max-batch searches
+    (as many as sweeps), its recent jobs with their results' numbers."""
     recent = service.store.list_jobs(token, limit=jobs)
     return {"sweeps": [SweepSummary.of(s, service.sweep_jobs(s, with_result=False)).model_dump()
                        for s in service.store.list_sweeps(token, limit=sweeps)],
+            "max_batches": [MaxBatchSummary.of(m, service.max_batch_jobs(m)).model_dump()
+                            for m in service.store.list_max_batches(token, limit=sweeps)],
             "jobs": [JobPublic.of(j).model_dump() for j in recent], "summaries": _summaries(service, recent)}
 
 

@@ -1,8 +1,8 @@
 """The dashboard: HTML pages over the job store, under ``/dashboard`` and outside the OpenAPI schema.
 
-``/`` links to it and to the API documentation. ``/dashboard`` lists recent sweeps and jobs;
-``/dashboard/sweeps/{id}`` and ``/dashboard/jobs/{id}`` show one, live while it runs (their ``/data``
-twins answer the page's polls); ``/dashboard/static/`` serves the vendored assets.
+``/`` links to it and to the API documentation. ``/dashboard`` lists recent sweeps, max-batch searches
+and jobs; ``/dashboard/sweeps/{id}``, ``/dashboard/max-batch/{id}`` and ``/dashboard/jobs/{id}`` show one,
+live while it runs (their ``/data`` twins answer the page's polls); ``/dashboard/static/`` serves the vendored assets.
 
 When the service requires a bearer token, so do the pages. A browser cannot send an Authorization
 header on a link, so a page also accepts the token from the ``remat_token`` cookie, an HTTP-only,
@@ -26,9 +26,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from remat.report import (
     ASSETS,
     job_update,
+    max_batch_update,
     render_index,
     render_job,
     render_login,
+    render_max_batch,
     render_root,
     render_sweep,
     sweep_update,
@@ -36,7 +38,7 @@ from remat.report import (
 
 from .._deps import IdPath, ServiceDep
 from .._errors import Unauthorized
-from .._jobs import remat_version
+from .._jobs import JobStatus, remat_version
 from .._schemas import JobPublic
 from ..dashboard import load_job, load_recent, load_sweep
 
@@ -122,6 +124,24 @@ def sweep_data(sweep_id: IdPath, service: ServiceDep, token: ViewerDep) -> JSONR
     """What the sweep page swaps in while the sweep runs."""
     view = load_sweep(service, service.sweep(sweep_id, token))
     return JSONResponse(sweep_update(view, poll=None if view.done else f"/dashboard/sweeps/{sweep_id}/data"))
+
+
+@pages.get("/max-batch/{search_id}")
+def max_batch_page(search_id: IdPath, service: ServiceDep, token: ViewerDep) -> HTMLResponse:
+    """The largest batch of each strategy as bars, with its ratios to checkpoint-all's and the best baseline's."""
+    doc = service.max_batch_document(service.max_batch(search_id, token), full_result=False)
+    return HTMLResponse(render_max_batch(doc, poll=_max_batch_poll(search_id, doc)))
+
+
+@pages.get("/max-batch/{search_id}/data")
+def max_batch_data(search_id: IdPath, service: ServiceDep, token: ViewerDep) -> JSONResponse:
+    """What the max-batch page swaps in while the search goes on."""
+    doc = service.max_batch_document(service.max_batch(search_id, token), full_result=False)
+    return JSONResponse(max_batch_update(doc, poll=_max_batch_poll(search_id, doc)))
+
+
+def _max_batch_poll(search_id: str, doc: dict[str, Any]) -> str | None:
+    return None if JobStatus(doc["status"]).terminal else f"/dashboard/max-batch/{search_id}/data"
 
 
 @pages.get("/jobs/{job_id}")

@@ -15,9 +15,11 @@ router = APIRouter(prefix="/v1", tags=["strategies"])
 @router.get("/strategies", operation_id="list_strategies", response_model=StrategiesPublic,
             responses=PROBLEM_RESPONSES)
 def list_strategies() -> StrategiesPublic:
-    """Every strategy, the backends it can use, and which backends are installed on this server."""
+    """Every strategy, the backends it can use, whether it offloads (and so needs ``transfer``), and which
+    backends are installed on this server."""
     return StrategiesPublic(
-        strategies=[StrategyPublic(name=s.name, summary=s.summary, backends=list(s.backends), knob=s.knob)
+        strategies=[StrategyPublic(name=s.name, summary=s.summary, backends=list(s.backends), knob=s.knob,
+                                   offloads=s.offloads)
                     for s in STRATEGIES.values()],
         installed_backends=list(available_backends()),
     )

@@ -20,7 +20,7 @@ from ._chen import (
 )
 from ._griewank import SNAPSHOTS, binomial_steps, delivery_steps, griewank, revolve_schedule
 from ._knob import EXHAUSTIVE_LIMIT, TRIAL_LIMIT, search_knob, whole_option
-from ._segments import retention_matrix, segment_schedule
+from ._segments import retention_schedule, segment_schedule
 from ._table import BASELINES
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
     "griewank",
     "linearized_greedy",
     "linearized_sqrtn",
-    "retention_matrix",
+    "retention_schedule",
     "revolve_schedule",
     "search_knob",
     "segment_budgets",

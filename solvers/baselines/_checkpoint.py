@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
-from remat.schedules import Graph, Schedule, checkpoint_all_schedule, recompute_closure
+from remat.schedules import Graph, Schedule, ScheduleEntries, checkpoint_all_schedule
 
 from .._context import Outcome, SolveContext
 
@@ -17,13 +19,36 @@ def checkpoint_all(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 
 def checkpoint_last_schedule(graph: Graph) -> Schedule:
-    """Keep only the value computed last (when anything still reads it); recompute all else per stage."""
+    """Keep only the value computed last (when anything still reads it); recompute all else per stage.
+
+    Stage t then holds t - 1 alone, so it computes t and every other dep of t with all of that dep's
+    ancestors (none of them is t - 1, the newest node before t): the recompute closure, read off
+    ancestor sets kept as bit sets (n^2 / 8 bytes) rather than walked node by node.
+    """
     n = graph.size
-    S = np.zeros((n, n), dtype=bool)
-    for t in range(n - 1):
-        if graph.last_use[t] > t:
-            S[t + 1, t] = True
-    return Schedule(recompute_closure(graph, S), S)
+    nodes = np.arange(n - 1, dtype=np.int64)
+    held = nodes[np.asarray(graph.last_use[:-1], dtype=np.int64) > nodes]
+    lineage: list[int] = []  # bit u of lineage[v]: u is v or one of its ancestors
+    computes: list[np.ndarray] = []
+    for t, deps in enumerate(graph.deps):
+        computes.append(_bits((1 << t) | _union(lineage[u] for u in deps if u != t - 1), t + 1))
+        lineage.append((1 << t) | _union(lineage[u] for u in deps))
+    stage = np.repeat(np.arange(n, dtype=np.int64), [len(c) for c in computes])
+    return Schedule.of_entries(ScheduleEntries(n, stage, np.concatenate(computes), held, held + 1, held + 2))
+
+
+def _union(sets: Iterable[int]) -> int:
+    """The union of bit sets."""
+    out = 0
+    for bits in sets:
+        out |= bits
+    return out
+
+
+def _bits(bits: int, width: int) -> np.ndarray:
+    """The positions of the set bits of ``bits`` (below ``width``), ascending."""
+    raw = np.frombuffer(bits.to_bytes((width + 7) // 8, "little"), dtype=np.uint8)
+    return np.flatnonzero(np.unpackbits(raw, bitorder="little")).astype(np.int64)
 
 
 def checkpoint_last(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:

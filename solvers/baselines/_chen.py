@@ -131,14 +131,16 @@ def _greedy(graph: Graph, budget: int, ctx: SolveContext, candidates: Sequence[i
 def _walk(running: np.ndarray, positions: list[int], segment_budget: int) -> tuple[int, ...]:
     """The greedy walk over candidate running sums: each checkpoint is the first candidate whose sum
     since the previous checkpoint exceeds the budget."""
+    if len(running) == 0:
+        return ()
+    budget = min(segment_budget, int(running[-1]))  # a larger budget chooses nothing, as this one does
+    following = np.searchsorted(running, running + budget, side="right").tolist()  # after a checkpoint at j
     chosen: list[int] = []
-    restart = 0
-    while True:
-        j = int(np.searchsorted(running, restart + segment_budget, side="right"))
-        if j == len(running):
-            return tuple(chosen)
+    j = int(np.searchsorted(running, budget, side="right"))
+    while j < len(running):
         chosen.append(positions[j])
-        restart = int(running[j])
+        j = following[j]
+    return tuple(chosen)
 
 
 def _running_sums(graph: Graph, candidates: Sequence[int]) -> tuple[np.ndarray, list[int]]:

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from math import comb
 
-from remat.schedules import Graph, Schedule, recompute_closure
+from remat.schedules import Graph, Schedule
 
 from .._context import Outcome, SolveContext
 from ._knob import search_knob, whole_option
-from ._segments import Interval, retention_matrix
+from ._segments import Interval, retention_schedule
 
 __all__ = ["SNAPSHOTS", "binomial_steps", "delivery_steps", "griewank", "revolve_schedule"]
 
@@ -88,8 +88,7 @@ def revolve_schedule(graph: Graph, snapshots: int) -> Schedule:
         sweep.clear()
         start = held_from.pop(k, chain[k] if first_pass else stage)
         intervals.append((chain[k], start, max([stage, *reads[k][-1:]])))
-    S = retention_matrix(graph, intervals, graph.backward)
-    return Schedule(recompute_closure(graph, S), S)
+    return retention_schedule(graph, intervals, graph.backward)
 
 
 def griewank(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:

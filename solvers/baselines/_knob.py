@@ -1,8 +1,11 @@
 """Searching a heuristic's knob for the cheapest plan that fits the budget.
 
-A knob (Chen-greedy's segment budget, revolve's snapshot count) maps each of its values to a
-schedule. Each candidate is judged by simulating its plan. The cheapest plan that fits wins; when
-none fits, the lowest peak does, and solve() reports it as over budget.
+A knob (Chen-greedy's segment budget, revolve's snapshot count, offload-window's window) maps each of
+its values to a schedule, or to a plan with transfers. A schedule is judged by the peak and cost the
+simulator would give its plan (:func:`remat.schedules.plan_peak_and_cost`, without making the plan), a
+plan with transfers by simulating it with the context's transfer parameters. The cheapest plan that
+fits the budget, and the host budget when one is given, wins; when none fits, the one that overshoots
+them by the fewest bytes does, and solve() simulates it and reports it as over budget.
 """
 
 from __future__ import annotations
@@ -11,17 +14,17 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import Graph, Schedule, simulate_schedule, whole_number
+from remat.schedules import Graph, Plan, Schedule, plan_peak_and_cost, simulate, whole_number
 
 from .._context import Outcome, SolveContext
 
 __all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob", "whole_option"]
 
 EXHAUSTIVE_LIMIT = 24
-"""Up to this many distinct candidates are all simulated; beyond it the search samples and zooms."""
+"""Up to this many distinct candidates are all tried; beyond it the search samples and zooms."""
 
 TRIAL_LIMIT = 2 * EXHAUSTIVE_LIMIT
-"""No search simulates more candidates than this."""
+"""No search tries more candidates than this."""
 
 KnobValue = Any
 
@@ -30,14 +33,21 @@ KnobValue = Any
 class _Trial:
     position: int
     value: KnobValue
-    schedule: Schedule
     peak: int
+    host_peak: int
     cost: float
 
-    def rank(self, budget: int) -> tuple[bool, float, float]:
-        """Sort key: fitting first, then the cheaper (fitting) or the lower peak (not fitting)."""
-        fits = self.peak <= budget
-        return (not fits, self.cost if fits else self.peak, self.peak if fits else self.cost)
+    def excess(self, budget: int, host_budget: int | None) -> int:
+        """Bytes over the budget plus bytes over the host budget (0 when the plan fits both)."""
+        over_host = 0 if host_budget is None else max(0, self.host_peak - host_budget)
+        return max(0, self.peak - budget) + over_host
+
+    def key(self, budget: int, host_budget: int | None) -> tuple[bool, float, float, int]:
+        """Sort key: fitting first, then the cheaper (fitting) or the fewer bytes over (not fitting), then
+        the earlier along the knob."""
+        excess = self.excess(budget, host_budget)
+        fits = excess == 0
+        return (not fits, self.cost if fits else excess, self.peak if fits else self.cost, self.position)
 
 
 def search_knob(
@@ -47,11 +57,12 @@ def search_knob(
     *,
     knob: str,
     values: Sequence[KnobValue],
-    build: Callable[[KnobValue], Schedule],
+    build: Callable[[KnobValue], Schedule | Plan],
     key: Callable[[KnobValue], Hashable] | None = None,
     parse: Callable[[Any], KnobValue] | None = None,
 ) -> Outcome:
-    """The best schedule over ``values`` (ordered along the knob), simulating each candidate tried.
+    """The best schedule or plan over ``values`` (ordered along the knob), each candidate tried judged by
+    its plan's peak and cost.
 
     ``key`` maps a knob value to what determines its schedule, so equal neighbours are tried once.
     Up to :data:`EXHAUSTIVE_LIMIT` distinct candidates are all tried; otherwise an evenly spread
@@ -64,16 +75,24 @@ def search_knob(
         values = [parse(ctx.options[knob])]
     distinct = _distinct(values, key)
     trials: dict[int, _Trial] = {}
+    kept: list[Schedule | Plan] = []  # the best trial's alone: a schedule can hold O(n^2) computes
 
     def attempt(position: int) -> None:
         if position not in trials:
             value = distinct[position]
-            schedule = build(value)
-            sim = simulate_schedule(graph, schedule)
-            trials[position] = _Trial(position, value, schedule, sim.peak_memory, sim.cost)
+            found = build(value)
+            if isinstance(found, Schedule):
+                peak, cost = plan_peak_and_cost(graph, found)
+                host_peak = 0
+            else:
+                sim = simulate(graph, found, transfer=ctx.transfer)
+                peak, host_peak, cost = sim.peak_memory, sim.host_peak_memory, sim.cost
+            trial = trials[position] = _Trial(position, value, peak, host_peak, cost)
+            if best() is trial:
+                kept[:] = [found]
 
     def best() -> _Trial:
-        return min(trials.values(), key=lambda t: (*t.rank(budget), t.position))
+        return min(trials.values(), key=lambda t: t.key(budget, ctx.host_budget))
 
     sample = _spread(len(distinct), EXHAUSTIVE_LIMIT)
     for position in sample:
@@ -93,11 +112,14 @@ def search_knob(
         else:
             break
     chosen = best()
-    fits = "fits" if chosen.peak <= budget else "does not fit"
-    message = (f"{knob}={chosen.value}: peak {chosen.peak}, cost {chosen.cost:g}, {fits} budget {budget} "
-               f"({len(trials)} of {len(distinct)} distinct {knob} values simulated)")
-    ctx.report(incumbent_cost=chosen.cost if chosen.peak <= budget else None, message=message)
-    return Outcome(chosen.schedule)
+    fits = chosen.excess(budget, ctx.host_budget) == 0
+    host = f", host {chosen.host_peak} (host budget {ctx.host_budget})" if ctx.host_budget is not None else ""
+    message = (f"{knob}={chosen.value}: peak {chosen.peak}, cost {chosen.cost:g}{host}, "
+               f"{'fits' if fits else 'does not fit'} budget {budget} "
+               f"({len(trials)} of {len(distinct)} distinct {knob} values tried)")
+    ctx.report(incumbent_cost=chosen.cost if fits else None, message=message)
+    found = kept[0]
+    return Outcome(found) if isinstance(found, Schedule) else Outcome(None, plan=found)
 
 
 def whole_option(knob: str) -> Callable[[Any], int]:

@@ -20,30 +20,30 @@ its last reader, and R is the optimal recomputation for the resulting S (:func:`
 
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left
 from collections.abc import Iterable
+from itertools import chain
 
 import numpy as np
 
-from remat.schedules import Graph, Schedule, recompute_closure
+from remat.schedules import Graph, Schedule, ScheduleEntries
 
-__all__ = ["Interval", "retention_matrix", "segment_schedule"]
+__all__ = ["Interval", "retention_schedule", "segment_schedule"]
 
 Interval = tuple[int, int, int]
 """``(node, computed_in, last_stage)``: the value is resident from stage ``computed_in`` (where it
 is computed) through stage ``last_stage`` (where it is last read)."""
 
 
-def retention_matrix(graph: Graph, intervals: Iterable[Interval], kept: np.ndarray) -> np.ndarray:
-    """S holding each value over its intervals (``S[t, v]`` for ``computed_in < t <= last_stage``)
-    and each ``kept`` value from its compute to its last reader."""
-    n = graph.size
-    stage = np.arange(n)[:, None]
-    S = kept[None, :] & (stage > np.arange(n)[None, :]) & (stage <= np.asarray(graph.last_use)[None, :])
-    for v, start, end in intervals:
-        S[start + 1:end + 1, v] = True
-    return S
+def retention_schedule(graph: Graph, intervals: Iterable[Interval], kept: np.ndarray) -> Schedule:
+    """The schedule holding each value over its intervals (``S[t, v]`` for ``computed_in < t <= last_stage``)
+    and each ``kept`` value from its compute to its last reader, with R the optimal recomputation for
+    that S; held as its entries, in memory proportional to them."""
+    spans = np.fromiter(chain.from_iterable(intervals), dtype=np.int64).reshape(-1, 3)
+    held = np.flatnonzero(kept)
+    node = np.concatenate((spans[:, 0], held))
+    start = np.concatenate((spans[:, 1], held)) + 1
+    end = np.concatenate((spans[:, 2], np.asarray(graph.last_use, dtype=np.int64)[held])) + 1
+    return Schedule.of_entries(ScheduleEntries.retaining(graph, node, start, end))
 
 
 def segment_schedule(graph: Graph, checkpoints: Iterable[int]) -> Schedule:
@@ -75,8 +75,7 @@ def segment_schedule(graph: Graph, checkpoints: Iterable[int]) -> Schedule:
                 spans[v].append((rung, last))
             else:  # keep v across the gap instead
                 spans[v][-1] = (spans[v][-1][0], last)
-    S = retention_matrix(graph, ((v, start, end) for v, vs in spans.items() for start, end in vs), layout.kept)
-    return Schedule(recompute_closure(graph, S), S)
+    return retention_schedule(graph, ((v, start, end) for v, vs in spans.items() for start, end in vs), layout.kept)
 
 
 class _Segments:
@@ -89,7 +88,7 @@ class _Segments:
         self.kept[self.bounds] = True
         self.droppable = [int(v) for v in np.flatnonzero(~self.kept)]
         self.is_kept: list[bool] = self.kept.tolist()
-        self.segment = [bisect_left(self.bounds, t) for t in range(graph.size)]
+        self.segment: list[int] = np.searchsorted(self.bounds, np.arange(graph.size)).tolist()
         # The first stage of each reading segment that reads a dropped value of a producer segment.
         self.rung_start: dict[tuple[int, int], int] = {}
         for v in self.droppable:
@@ -97,6 +96,8 @@ class _Segments:
                 key = (self.segment[v], self.segment[w])
                 if key[0] != key[1] and w < self.rung_start.get(key, graph.size):
                     self.rung_start[key] = w
+        # Per stage, whether a dropped value can be recomputed there (see :meth:`supported`).
+        self.recomputable: dict[int, dict[int, bool]] = {}
 
     def windows(self, v: int) -> list[tuple[int, int]]:
         """``(computed_in, last_read)`` spans of droppable ``v``: its own segment, then one rung per
@@ -117,24 +118,45 @@ class _Segments:
     def supported(self, v: int, stage: int, spans: dict[int, list[tuple[int, int]]]) -> bool:
         """Whether ``v`` can be recomputed in ``stage`` from values resident then (kept values in
         their lifetimes, dropped ones in their ``spans``) and dropped values of its own segment
-        recomputed alongside it."""
-        own = self.segment[v]
+        recomputed alongside it.
+
+        Called for ``v`` ascending, once every value below ``v`` has its spans: the answer for a value
+        and a stage then never changes, so each is worked out once (depth first, without recursion).
+        """
+        known = self.recomputable.setdefault(stage, {})
         last_use = self.graph.last_use
-        todo = [-v]
-        seen = {v}
+        todo = [v]
         while todo:
-            x = -heapq.heappop(todo)
+            x = todo[-1]
+            if x in known:
+                todo.pop()
+                continue
+            waiting: list[int] = []
+            fine = True
             for u in self.graph.deps[x]:
-                if u in seen:
-                    continue
                 if self.is_kept[u]:
-                    if stage <= last_use[u]:
-                        continue
-                    return False
-                if any(start < stage <= end for start, end in spans[u]):
+                    fine = stage <= last_use[u]
+                elif _covers(spans[u], stage):
                     continue
-                if self.segment[u] != own:
-                    return False
-                seen.add(u)
-                heapq.heappush(todo, -u)
-        return True
+                elif self.segment[u] != self.segment[x]:
+                    fine = False
+                elif u not in known:
+                    waiting.append(u)
+                else:
+                    fine = known[u]
+                if not fine:
+                    break
+            if fine and waiting:
+                todo += waiting
+                continue
+            known[x] = fine
+            todo.pop()
+        return known[v]
+
+
+def _covers(spans: list[tuple[int, int]], stage: int) -> bool:
+    """Whether a dropped value with these ``(computed_in, last_read)`` spans is resident in ``stage``."""
+    for start, end in spans:
+        if start < stage <= end:
+            return True
+    return False

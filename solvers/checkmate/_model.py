@@ -41,14 +41,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
+from typing import NamedTuple
 
 import numpy as np
 
-from remat.schedules import Graph, Schedule, recompute_closure
+from remat.schedules import Graph, Plan, Schedule, Simulation, recompute_closure, simulate_schedule
 
 from ..backends import MilpBuilder, MilpModel
 
-__all__ = ["MAX_MEMORY_UNITS", "CheckmateModel", "MemoryScale", "build_checkmate_model"]
+__all__ = ["MAX_MEMORY_UNITS", "CheckmateModel", "MemoryScale", "Solution", "build_checkmate_model"]
 
 MAX_MEMORY_UNITS = 2**30
 """Largest node size, in memory units, the model keeps exact; above it sizes are rounded up."""
@@ -76,6 +77,14 @@ class MemoryScale:
             unit = -(-max(positive) // MAX_MEMORY_UNITS)
         sizes = -(-memory // unit)
         return cls(unit=unit, exact=exact, sizes=sizes, capacity=(budget - graph.fixed_memory) // unit)
+
+
+class Solution(NamedTuple):
+    """What a solution of a model describes, simulated: a schedule, or (a model with copies) a plan."""
+
+    schedule: Schedule | None
+    plan: Plan | None
+    simulation: Simulation
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,6 +123,16 @@ class CheckmateModel:
         """The schedule of a solution: its S rounded (never truncated), R re-derived as the minimal closure of S."""
         S = np.round(self.retention_values(watched)) >= 1
         return Schedule(recompute_closure(self.graph, S), S)
+
+    def evaluate(self, watched: np.ndarray) -> Solution:
+        """The schedule of a solution, simulated."""
+        schedule = self.schedule(watched)
+        return Solution(schedule, None, simulate_schedule(self.graph, schedule))
+
+    @property
+    def proves(self) -> bool:
+        """Whether the engine's bounds and infeasibility are proofs about schedules: when no size was rounded up."""
+        return self.memory.exact
 
     def encode(self, schedule: Schedule) -> np.ndarray | None:
         """A complete feasible assignment (R, S, Free, U) for ``schedule``, or None if it does not fit.
@@ -179,7 +198,23 @@ class _Builder:
         self.u_vars: list[tuple[int, int, int]] = []
 
     def build(self, stopped: Callable[[], bool]) -> CheckmateModel | None:
-        b, n, cost = self.b, self.n, self.graph.cost
+        watch = self.variables()
+        for t in self.stages:
+            if stopped():
+                return None
+            self.rows(t)
+        n = self.n
+        window = "" if len(self.stages) == n else f", stages {self.stages.start} to {self.stages.stop - 1}"
+        milp = self.b.build(objective_offset=float(self.graph.cost.sum()) / self.cost_scale, watch=watch,
+                            name=f"{self.title} {self.graph.name or 'graph'} @ {self.budget} B{window}")
+        return self.model(milp)
+
+    title = "checkmate"
+    """How the model's name begins."""
+
+    def variables(self) -> np.ndarray:
+        """Add R and S (each stage's R costs its nodes' costs); return the variables every incumbent carries: S."""
+        b, cost = self.b, self.graph.cost
         for t in self.stages:
             nodes = self.stage_nodes[t]
             self.R_var[t, nodes] = b.add_variables(len(nodes), lower=0, upper=1, integer=True,
@@ -188,23 +223,32 @@ class _Builder:
         for t in self.stages:
             nodes = self.stage_nodes[t]
             self.S_var[t, nodes] = b.add_variables(len(nodes), lower=0, upper=1, integer=True)
-        for t in self.stages:
-            if stopped():
-                return None
-            self.persistence(t)
-            self.dependencies(t)
-            frees_after = self.frees(t)
-            self.memory(t, frees_after)
-        window = "" if len(self.stages) == n else f", stages {self.stages.start} to {self.stages.stop - 1}"
-        milp = b.build(objective_offset=float(cost.sum()) / self.cost_scale,
-                       watch=np.arange(first_s, first_s + int((self.S_var >= 0).sum()), dtype=np.int64),
-                       name=f"checkmate {self.graph.name or 'graph'} @ {self.budget} B{window}")
+        return np.arange(first_s, b.n_vars, dtype=np.int64)
+
+    def rows(self, t: int) -> None:
+        """Every row of stage t."""
+        self.persistence(t)
+        self.dependencies(t)
+        frees_after = self.frees(t)
+        self.memory(t, frees_after)
+
+    def model(self, milp: MilpModel) -> CheckmateModel:
         return CheckmateModel(
             graph=self.graph, budget=self.budget, milp=milp, memory=self.scale, cost_scale=self.cost_scale,
             R_var=self.R_var, S_var=self.S_var,
             free_vars=np.array(self.free_vars, dtype=np.int64).reshape(-1, 4),
             u_vars=np.array(self.u_vars, dtype=np.int64).reshape(-1, 3),
         )
+
+    def arriving(self, t: int, i: int) -> list[int]:
+        """Variables that bring value i onto the device during stage t other than a compute (none here; a
+        model with transfers has reloads): i is then resident from stage t + 1 on."""
+        return []
+
+    def leaving(self, t: int, i: int) -> list[int]:
+        """Variables that hold value i through stage t and then take it off the device without a free
+        (none here; a model with transfers has offloads)."""
+        return []
 
     def runs(self, t: int, k: int) -> tuple[list[int], float]:
         """R[t, k] as (variables, constant): node t always runs in stage t."""
@@ -213,13 +257,16 @@ class _Builder:
     def persistence(self, t: int) -> None:
         """``S[t, i] <= S[t-1, i] + R[t-1, i]`` (resident only if kept or computed the stage before) and
         ``R[t, i] + S[t, i] <= 1`` (recomputing a resident value never pays; this only removes waste).
-        The first stage of a window has no stage before it in the model: what it holds is free."""
+        The first stage of a window has no stage before it in the model: what it holds is free.
+        Values that :meth:`arriving` brings count as computed, and those that :meth:`leaving` takes are gone."""
         for i in self.stage_nodes[t]:
             s, r = int(self.S_var[t, i]), int(self.R_var[t, i])
-            self.b.add_row([r, s], [1.0, 1.0], -math.inf, 1.0)
+            arriving = self.arriving(t, i)
+            self.b.add_row([r, s, *arriving], [1.0] * (2 + len(arriving)), -math.inf, 1.0)
             if self.S_var[t - 1, i] >= 0:
-                self.b.add_row([s, int(self.S_var[t - 1, i]), int(self.R_var[t - 1, i])], [1.0, -1.0, -1.0],
-                               -math.inf, 0.0)
+                came, went = self.arriving(t - 1, i), self.leaving(t - 1, i)
+                self.b.add_row([s, int(self.S_var[t - 1, i]), int(self.R_var[t - 1, i]), *came, *went],
+                               [1.0, -1.0, -1.0, *([-1.0] * len(came)), *([1.0] * len(went))], -math.inf, 0.0)
 
     def dependencies(self, t: int) -> None:
         """R[t, k] <= R[t, i] + S[t, i] for every dep i of every k that can run in stage t."""
@@ -233,11 +280,12 @@ class _Builder:
         """Free[t, i, k] for each value i and each reader k of i in stage t, as a flow of residency.
 
         With readers k_1 < ... < k_m of i in the stage, i can be freed after at most one of them, only
-        while it is resident, and not before a later reader runs or when S keeps it:
+        while it is resident (or arriving), and not before a later reader runs or when S keeps it:
         ``sum_{q<p} Free[k_q] + R[k_p] <= S[t, i] + R[t, i]`` for every p, ``sum_q Free[k_q] + S[t+1, i] <=
         S[t, i] + R[t, i]``, ``Free[k] <= R[t, k]``, and ``Free[k] >= R[t, k] - S[t+1, i] - sum of R[t, j]
-        over later readers j`` (a value nothing needs any more is freed). For binaries this is exactly
-        Checkmate's Free; as an LP it is tighter, because no value can be freed more than it is resident.
+        over later readers j`` (a value nothing needs any more is freed); a value :meth:`leaving` takes counts as
+        kept. For binaries this is exactly Checkmate's Free; as an LP it is tighter, because no value can be
+        freed more than it is resident.
         Returns, per reader k, the (value, variable) pairs freed right after it.
         """
         b, graph = self.b, self.graph
@@ -249,13 +297,15 @@ class _Builder:
                 continue
             if readers[-1] == t:
                 readers = [t]
-            resident = [int(self.R_var[t, i]), int(self.S_var[t, i])]
+            resident = [int(self.R_var[t, i]), int(self.S_var[t, i]), *self.arriving(t, i)]
             keep = [int(self.S_var[t + 1, i])] if t + 1 < self.n and self.S_var[t + 1, i] >= 0 else []
+            keep += self.leaving(t, i)
             freed: list[int] = []
             for p, k in enumerate(readers):
                 kv, kc = self.runs(t, k)
                 if p:
-                    b.add_row([*freed, *kv, *resident], [*([1.0] * (len(freed) + len(kv))), -1.0, -1.0], -math.inf, -kc)
+                    b.add_row([*freed, *kv, *resident], [*([1.0] * (len(freed) + len(kv))), *([-1.0] * len(resident))],
+                              -math.inf, -kc)
                 f = int(b.add_variables(1, lower=0, upper=1, integer=True)[0])
                 self.free_vars.append((t, i, k, f))
                 frees_after.setdefault(k, []).append((i, f))
@@ -264,11 +314,13 @@ class _Builder:
                     b.add_row([f, *kv], [1.0, -1.0], -math.inf, 0.0)
                 hazards = [*keep, *[int(self.R_var[t, j]) for j in readers[p + 1:]]]
                 b.add_row([f, *kv, *hazards], [1.0, *([-1.0] * len(kv)), *([1.0] * len(hazards))], kc, math.inf)
-            b.add_row([*freed, *keep, *resident], [*([1.0] * (len(freed) + len(keep))), -1.0, -1.0], -math.inf, 0.0)
+            b.add_row([*freed, *keep, *resident], [*([1.0] * (len(freed) + len(keep))), *([-1.0] * len(resident))],
+                      -math.inf, 0.0)
         return frees_after
 
     def memory(self, t: int, frees_after: dict[int, list[tuple[int, int]]]) -> None:
-        """U right after each node that can run in stage t: resident values, plus what runs, minus what is freed.
+        """U right after each node that can run in stage t: resident values (and those arriving during the stage),
+        plus what runs, minus what is freed.
 
         The budget is U's upper bound; U is integral because sizes are whole memory units.
         """
@@ -278,7 +330,8 @@ class _Builder:
         for p, k in enumerate(positions):
             kv, kc = self.runs(t, k)
             if p == 0:
-                carried = [(int(self.S_var[t, i]), float(sizes[i])) for i in self.stage_nodes[t]]
+                carried = [(int(v), float(sizes[i])) for i in self.stage_nodes[t]
+                           for v in (self.S_var[t, i], *self.arriving(t, i))]
             else:
                 carried = [(u[p - 1], 1.0), *[(f, -float(sizes[i])) for i, f in frees_after.get(positions[p - 1], [])]]
             b.add_row([u[p], *[v for v, _ in carried], *kv],

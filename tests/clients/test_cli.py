@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from factories import BENCHMARK_DIR, chain, graph_doc
+from processes import Processes
 
 from remat.clients.cli import main
-from remat.schedules import Graph, Schedule
+from remat.schedules import Graph, Schedule, Transfer
+from remat.solvers import STRATEGIES, Outcome, Strategy
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -108,3 +110,88 @@ def test_max_batch_refuses_graphs_it_cannot_read_as_lines(capsys: pytest.Capture
                                                           extra: list[str], words: str) -> None:
     code, _, err = run(capsys, "max-batch", *graphs, "--budget", "16GiB", *extra)
     assert code == 2 and words in err and "Traceback" not in err
+
+
+def test_solve_with_copy_times_and_a_host_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "solve", VGG16, "--budget-ratio", "1", "--strategy", "checkpoint-all", "--json",
+                         "--bandwidth", "1e6", "--latency", "0.5", "--host-budget", "1GiB")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["transfer"] == {"bandwidth": 1e6, "latency": 0.5} and doc["host_budget"] == 2**30
+    assert doc["host_peak_memory"] == 0
+    code, out, err = run(capsys, "solve", VGG16, "--budget-ratio", "1", "--strategy", "checkpoint-all",
+                         "--transfer", "pcie5-x16", "--seconds-per-cost-unit", "1e-3", "--latency-s", "1e-5")
+    assert code == 0, err
+    assert "host peak 0 B" in out and "host budget" not in out
+    code, out, err = run(capsys, "solve", VGG16, "--budget-ratio", "1", "--strategy", "checkpoint-all", "--json",
+                         "--transfer", "pcie5-x16", "--seconds-per-cost-unit", "1e-3", "--latency-s", "1e-5")
+    assert json.loads(out)["transfer"] == Transfer.from_profile("pcie5-x16", seconds_per_cost_unit=1e-3,
+                                                                latency_s=1e-5).to_json()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--transfer", "pcie9-x16", "--seconds-per-cost-unit", "1"], "argument --transfer: invalid choice: 'pcie9-x16'"),
+    (["--transfer", "pcie4-x16"], "--transfer needs --seconds-per-cost-unit S"),
+    (["--transfer", "pcie4-x16", "--seconds-per-cost-unit", "1", "--bandwidth", "5"], "not both"),
+    (["--transfer", "pcie4-x16", "--seconds-per-cost-unit", "1", "--latency", "5"],
+     "--latency goes with --bandwidth; with --transfer, give the latency in seconds (--latency-s)"),
+    (["--bandwidth", "5", "--seconds-per-cost-unit", "1"], "--seconds-per-cost-unit goes with --transfer PROFILE"),
+    (["--latency", "5"], "--latency goes with --bandwidth B"),
+    (["--bandwidth", "0"], "argument --bandwidth: must be a finite number > 0, got 0"),
+    (["--bandwidth", "inf"], "argument --bandwidth: must be a finite number > 0, got inf"),
+    (["--bandwidth", "5", "--latency", "-1"], "argument --latency: must be a finite number >= 0, got -1"),
+    (["--bandwidth", "5", "--host-budget", "lots"], "Cannot read 'lots' as a size"),
+])
+def test_bad_offload_options_get_one_line_naming_them(capsys: pytest.CaptureFixture[str], args: list[str],
+                                                       words: str) -> None:
+    for command in (["solve", VGG16, "--budget-ratio", "1", "--strategy", "checkpoint-all"],
+                    ["compare", VGG16, "--strategies", "checkpoint-all", "--points", "2"]):
+        code, _, err = run(capsys, *command, *args)
+        assert code == 2 and words in err and "Traceback" not in err, err
+        assert len([line for line in err.splitlines() if "error" in line]) == 1
+
+
+def test_checkmate_told_to_offload_needs_copy_times(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "solve", VGG16, "--budget-ratio", "0.5", "--option", "offload=true")
+    assert code == 2 and "Strategy 'checkmate' with --option offload=true moves values to host memory" in err
+
+
+def test_a_strategy_that_offloads_is_listed_as_such_and_needs_copy_times(capsys: pytest.CaptureFixture[str],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(STRATEGIES, "offload-test", Strategy("offload-test", "Copies.", lambda g, b, c: Outcome(None),
+                                                             offloads=True))
+    code, out, _ = run(capsys, "strategies")
+    assert code == 0
+    listed = {line.split()[0]: line for line in out.splitlines()}
+    assert "[offloads: needs --transfer or --bandwidth]" in listed["offload-test"]
+    assert "offloads" not in listed["checkmate"]
+    for command in (["solve", VGG16, "--budget-ratio", "1", "--strategy", "offload-test"],
+                    ["compare", VGG16, "--strategies", "checkpoint-all,offload-test"]):
+        code, _, err = run(capsys, *command)
+        assert code == 2 and "Strategy 'offload-test' moves values to host memory and needs copy times: give " \
+                             "--transfer PROFILE --seconds-per-cost-unit S, or --bandwidth B" in err
+
+
+def test_max_batch_on_a_server_prints_the_table_it_prints_in_process(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path):
+    paths = []
+    for batch in (2, 4):
+        path = tmp_path / f"chain-b{batch}.json"
+        path.write_text(json.dumps(chain(8, cost=2.0 * batch, memory=100 * batch, fixed_memory=1_000).to_json()))
+        paths.append(f"{path}@{batch}")
+    args = ["max-batch", *paths, "--budget", "50000", "--strategies", "checkpoint-all,chen-greedy"]
+    code, here, _ = run(capsys, *args)
+    assert code == 0
+    procs = Processes(tmp_path, {"REMAT_DATA_DIR": str(tmp_path / "data")})
+    try:
+        server = procs.server()
+        code, there, err = run(capsys, *args, "--server", server.url)
+        assert code == 0, err
+        assert there == here
+        assert "chen-greedy: batch " in err and f"dashboard: {server.url}/dashboard/max-batch/" in err
+        code, out, err = run(capsys, *args, "--server", server.url, "--json")
+        assert json.loads(out)["format"] == "remat.max-batch/v1"
+        code, _, err = run(capsys, "max-batch", paths[0], "--budget", "50000", "--server", server.url)
+        assert code == 2 and "two or more batch sizes" in err and "Traceback" not in err
+    finally:
+        procs.stop_all()

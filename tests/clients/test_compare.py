@@ -11,8 +11,9 @@ from factories import BENCHMARK_DIR, benchmark_graph
 from playwright.sync_api import Browser
 from processes import Processes
 
+from remat.clients._compare import compare_here
 from remat.clients.cli import main
-from remat.schedules import format_size
+from remat.schedules import Transfer, format_size
 from remat.solvers import plan_sweep
 
 VGG16 = str(BENCHMARK_DIR / "vgg16.json")
@@ -90,3 +91,12 @@ def test_bad_requests_are_one_line_errors(capsys: pytest.CaptureFixture[str]):
     assert code == 2 and "--points applies in-process only" in err
     code, _, err = compare(capsys, str(BENCHMARK_DIR / "resnet50.json"), "--strategies", "chen-sqrtn")
     assert code == 2 and "forward node '5'" in err and "Traceback" not in err
+
+
+def test_in_process_every_point_is_solved_with_the_copy_times(capsys: pytest.CaptureFixture[str]):
+    graph = benchmark_graph("vgg16")
+    transfer = Transfer(bandwidth=1e6)
+    view = compare_here(graph, strategies=["checkpoint-all", "chen-sqrtn"], budgets=[graph.checkpoint_all_peak],
+                        transfer=transfer, host_budget=2**30, report=lambda line: None)
+    assert [(c.strategy, c.result["transfer"], c.result["host_budget"]) for c in view.cells] == [
+        ("checkpoint-all", transfer.to_json(), 2**30), ("chen-sqrtn", transfer.to_json(), 2**30)]

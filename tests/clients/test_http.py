@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -11,8 +12,9 @@ import pytest
 from factories import chain
 from processes import Processes
 
+from remat.clients.cli import main
 from remat.clients.http import Client, ServiceError
-from remat.schedules import RematError
+from remat.schedules import RematError, Transfer
 
 
 @pytest.fixture
@@ -79,7 +81,7 @@ def test_a_refusal_for_lack_of_room_is_tried_again_after_its_retry_after(tmp_pat
     try:
         url = procs.server("--slots", "1").url
         with Client(url, retry_s=0) as impatient, Client(url, retry_s=30) as patient:
-            busy = impatient.submit(chain(900), budget_ratio=0.5, strategy="griewank", time_limit_s=300)
+            busy = impatient.submit(chain(900), budget_ratio=0.5, strategy="checkmate", time_limit_s=300)
             with pytest.raises(ServiceError) as refused:
                 impatient.submit(chain(5), budget_ratio=1.0, strategy="checkpoint-all")
             assert refused.value.status == 429
@@ -91,3 +93,44 @@ def test_a_refusal_for_lack_of_room_is_tried_again_after_its_retry_after(tmp_pat
             assert result["status"] == "feasible" and time.monotonic() - started >= 1.5
     finally:
         procs.stop_all()
+
+
+def test_copy_times_and_host_budgets_reach_the_server_from_the_client_and_the_cli(
+        server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    graph = chain(5)
+    transfer = Transfer(bandwidth=2.0, latency=0.25)
+    with Client(server_url) as client:
+        result = client.solve(graph, budget_ratio=1.0, strategy="checkpoint-all", transfer=transfer, host_budget=8)
+        assert result["transfer"] == transfer.to_json() and result["host_budget"] == 8
+        profile = {"profile": "pcie4-x16", "seconds_per_cost_unit": 1.0}
+        job = client.wait(client.submit(graph, budget_ratio=1.0, strategy="checkpoint-all", transfer=profile)["id"])
+        assert job["transfer"] == Transfer.from_profile("pcie4-x16", seconds_per_cost_unit=1.0).to_json()
+        with pytest.raises(ServiceError, match="No device profile named 'pcie9'") as refused:
+            client.solve(graph, budget_ratio=1.0, strategy="checkpoint-all",
+                         transfer={"profile": "pcie9", "seconds_per_cost_unit": 1})
+        assert refused.value.status == 422 and refused.value.problem["field"] == "transfer.profile"
+        budgets = [graph.checkpoint_all_peak]
+        sweep = client.wait_sweep(client.sweep(graph, strategies=["checkpoint-all"], budgets=budgets,
+                                               transfer=transfer, host_budget=8)["id"], poll_s=0.2)
+        assert [(r["transfer"], r["host_budget"]) for r in sweep["results"]] == [(transfer.to_json(), 8)]
+    path = tmp_path / "chain5.json"
+    path.write_text(json.dumps(graph.to_json()))
+    out = tmp_path / "result.json"
+    assert main(["solve", str(path), "--budget-ratio", "1", "--strategy", "checkpoint-all", "--server", server_url,
+                 "--bandwidth", "2", "--latency", "0.25", "--host-budget", "8", "-o", str(out)]) == 0
+    assert "host peak 0 B / host budget 8 B" in capsys.readouterr().out
+    assert json.loads(out.read_text()) == result, "the same request: the same job, its result reused"
+
+
+def test_max_batch_searches(server_url: str):
+    graphs = {b: chain(8, cost=2.0 * b, memory=100 * b + 10, fixed_memory=1_000) for b in (2, 4)}
+    with Client(server_url) as client:
+        started = client.max_batch(graphs, budget=50_000, strategies=["checkpoint-all"])
+        polled: list[str] = []
+        doc = client.wait_max_batch(started["id"], poll_s=0.2, on_poll=lambda d: polled.append(d["status"]))
+        assert doc["status"] == polled[-1] == "succeeded" and doc["chosen"]["result"]["plan"]
+        assert client.get_max_batch(started["id"], summary=True)["chosen"]["result"].get("plan") is None
+        assert client.cancel_max_batch(started["id"])["status"] == "succeeded"     # it has ended: a no-op
+        with pytest.raises(ServiceError, match="two or more batch sizes") as refused:
+            client.max_batch({2: graphs[2]}, budget=50_000)
+        assert refused.value.status == 422

@@ -1,4 +1,5 @@
-"""The planner's service path: which solver options travel with a request to a remat service."""
+"""The planner's service path: which solver options travel with a request to a remat service, and the
+transfer and host budget of a plan that may copy values to host memory."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ pytest.importorskip("torch")
 from factories import chain  # noqa: E402
 
 from remat.clients.torch._planning import Planner  # noqa: E402
-from remat.schedules import InvalidRequest  # noqa: E402
+from remat.schedules import InvalidRequest, Transfer  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -38,8 +39,16 @@ class _Client:
 def test_strategy_options_go_to_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("remat.clients.http.Client", _Client)
     planner = Planner("checkmate", server="http://remat", options={"time_limit_s": 5, "options": {"path": "milp"}})
-    planner._solve(chain(3), 10, "a step")
+    planner.result(chain(3), 10, what="a step")
     assert _Client.asked == {"budget": 10, "strategy": "checkmate", "time_limit_s": 5, "options": {"path": "milp"}}
+
+
+def test_the_transfer_and_host_budget_go_to_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("remat.clients.http.Client", _Client)
+    planner = Planner("offload-window", server="http://remat", host_budget=1 << 20)
+    planner.result(chain(3), 10, what="a step", transfer=Transfer(bandwidth=4.0, latency=0.5))
+    assert _Client.asked == {"budget": 10, "strategy": "offload-window", "host_budget": 1 << 20,
+                             "transfer": {"bandwidth": 4.0, "latency": 0.5}}
 
 
 def test_options_a_service_does_not_take_are_refused() -> None:

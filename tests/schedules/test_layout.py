@@ -1,7 +1,9 @@
+import pytest
 from factories import benchmark_graph, random_dags
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from remat.schedules import _layout, checkpoint_all_plan, layout_plan
+from remat.schedules import InvalidRequest, Plan, Transfer, _layout, checkpoint_all_plan, layout_plan, simulate
 from remat.solvers import checkpoint_last
 
 
@@ -40,3 +42,34 @@ def test_layout_reuses_memory_on_a_real_graph():
     lay = layout_plan(g, checkpoint_all_plan(g))
     assert lay.arena_size < sum(b.size for b in lay.buffers)
     assert lay.efficiency > 0.8
+
+
+def _offload_until_first_read(g, chosen):
+    """checkpoint-all with each chosen value offloaded right after its compute and reloaded before its first reader."""
+    steps = []
+    for op, v in checkpoint_all_plan(g).steps:
+        if op == "compute":
+            steps.extend(("reload", u) for u in g.deps[v] if u in chosen and ("reload", u) not in steps)
+        steps.append((op, v))
+        if op == "compute" and v in chosen:
+            steps.append(("offload", v))
+    return Plan.of(steps)
+
+
+@settings(max_examples=100, deadline=None)
+@given(random_dags(), st.data())
+def test_a_plan_with_transfers_is_laid_out_in_the_order_its_streams_take_effect(g, data):
+    read = [v for v in range(g.size) if g.users[v]]
+    chosen = set(data.draw(st.lists(st.sampled_from(read), unique=True))) if read else set()
+    plan = _offload_until_first_read(g, chosen)
+    transfer = Transfer(bandwidth=data.draw(st.sampled_from([0.5, 4.0, 1e9])))
+    lay = layout_plan(g, plan, transfer=transfer)
+    assert len(lay.buffers) == g.size + len(chosen)  # every compute and every reload
+    assert_no_overlap(lay)
+    assert lay.arena_size >= lay.activation_peak == simulate(g, plan, transfer=transfer).peak_memory - g.fixed_memory
+
+
+def test_a_plan_with_transfers_needs_them_to_be_laid_out():
+    g = benchmark_graph("vgg16")
+    with pytest.raises(InvalidRequest, match="transfer"):
+        layout_plan(g, _offload_until_first_read(g, {0}))

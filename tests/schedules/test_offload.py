@@ -13,7 +13,7 @@ SLOW copies 20 bytes per cost unit after a latency of 0.5: a copy of a lasts 0.5
 import math
 
 import pytest
-from factories import BENCHMARK_NAMES, benchmark_graph, graph_doc, random_dags
+from factories import BENCHMARK_NAMES, benchmark_graph, graph_doc, random_dags, skip_read
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -29,12 +29,7 @@ from remat.schedules import (
 )
 from remat.schedules._simulate import _simulate_in_time
 
-G = Graph.from_json(graph_doc([
-    {"id": "a", "deps": [], "cost": 2, "memory": 40},
-    {"id": "b", "deps": ["a"], "cost": 3, "memory": 10},
-    {"id": "c", "deps": ["b"], "cost": 1, "memory": 20},
-    {"id": "d", "deps": ["c", "a"], "cost": 2, "memory": 5},
-], fixed_memory=100))
+G = skip_read()
 A, B, C, D = range(4)
 SLOW = Transfer(bandwidth=20, latency=0.5)
 FREE_ALL = [("free", A), ("free", B), ("free", C), ("free", D)]
@@ -209,7 +204,7 @@ def test_plan_json_reads_and_writes_offload_and_reload():
     assert plan.has_transfers and not checkpoint_all_plan(G).has_transfers
     with pytest.raises(InvalidPlan) as err:
         Plan.from_json(G, [{"op": "swap", "node": "a"}])
-    assert str(err.value) == "Step 0: must be {'op': 'compute'|'free'|'offload'|'reload', 'node': id}."
+    assert str(err.value) == "Step 0: must be {'op': 'compute'|'free'|'offload'|'reload'|'wait', 'node': id}."
 
 
 # Plans without transfers: the walk in order, as before; the time model agrees with it.
@@ -364,3 +359,52 @@ def test_random_plans_with_transfers_keep_the_streams_and_the_memory_consistent(
     assert sim.peak_memory == max(sim.timeline.tolist()) == max(m for _, m in timing.memory)
     assert sim.host_peak_memory == sum(int(g.memory[s.node]) for s in timing.stream("offload"))
     assert Plan.from_json(g, plan.to_json(g)) == plan
+
+
+def test_a_requests_transfer_reads_in_the_graphs_units_or_from_a_profile():
+    assert Transfer.from_json({"bandwidth": 20, "latency": 0.5}) == SLOW
+    assert Transfer.from_json({"bandwidth": 20}).latency == 0.0
+    assert Transfer.from_json(SLOW.to_json()) == SLOW
+    # 50 GB/s with a cost unit of a millisecond: 5e7 bytes per unit; 2 microseconds of latency: 0.002 units.
+    pcie5 = Transfer.from_json({"profile": "pcie5-x16", "seconds_per_cost_unit": 1e-3, "latency_s": 2e-6})
+    assert (pcie5.bandwidth, pcie5.latency) == (5e7, pytest.approx(0.002))
+
+
+@pytest.mark.parametrize(("doc", "field", "says"), [
+    (20, "transfer", "must be an object"),
+    ({"bandwidth": 20, "speed": 3}, "transfer", "Unknown field 'speed'"),
+    ({"latency": 1}, "transfer.bandwidth", "needs 'bandwidth'"),
+    ({"bandwidth": 0}, "transfer.bandwidth", "greater than 0"),
+    ({"bandwidth": "fast"}, "transfer.bandwidth", "must be a number"),
+    ({"profile": "pcie5-x16"}, "transfer.seconds_per_cost_unit", "seconds_per_cost_unit"),
+    ({"profile": "pcie9", "seconds_per_cost_unit": 1}, "transfer.profile", "known profiles: nvlink-c2c"),
+    ({"profile": ["pcie5-x16"], "seconds_per_cost_unit": 1}, "transfer.profile", "No device profile named"),
+    ({"profile": "pcie5-x16", "seconds_per_cost_unit": 1, "bandwidth": 3}, "transfer", "Unknown field 'bandwidth'"),
+])
+def test_a_bad_transfer_says_which_field_and_what_is_expected(doc, field, says):
+    with pytest.raises(InvalidRequest, match=says) as raised:
+        Transfer.from_json(doc)
+    assert raised.value.field == field
+
+
+def test_a_wait_holds_the_computation_until_an_offload_has_released_its_memory():
+    # 10 bytes per unit: a's copies last 4. a [0, 2], b [2, 5], offload a [2, 6], released at 6.
+    # Without the wait, c starts at 5 while a is still on the device: 140 + 10 + 20 = 170 at 5.
+    # With it, c waits until 6: -a 110, +c 130; c [6, 7]; free b at 7, 120; the reload, issued after c, runs
+    # [7, 11], +a 160; d [11, 15]... d lasts 2: [11, 13], +d 165; the frees at 13.
+    slow = Transfer(bandwidth=10)
+    rest = [("compute", C), ("free", B), ("reload", A), ("compute", D), ("free", A), ("free", C), ("free", D)]
+    unheld = simulate(G, _plan(("compute", A), ("compute", B), ("offload", A), *rest), transfer=slow)
+    held = simulate(G, _plan(("compute", A), ("compute", B), ("offload", A), ("wait", A), *rest), transfer=slow)
+    assert unheld.peak_memory == 170 and held.peak_memory == 165
+    assert held.cost == 13.0 and [(s.start, s.end) for s in held.timing.stream("compute")] == \
+        [(0, 2), (2, 5), (6, 7), (11, 13)]
+    assert [(s.start, s.end) for s in held.timing.stream("wait")] == [(6, 6)]
+    assert held.timeline.tolist()[:6] == [140, 150, 110, 110, 130, 120]
+
+
+def test_a_wait_needs_an_offload_before_it():
+    with pytest.raises(InvalidPlan, match="Step 1: wait for the offload of 'a', but it was not offloaded before"):
+        simulate(G, _plan(("compute", A), ("wait", A)), transfer=SLOW)
+    doc = [{"op": "compute", "node": "a"}, {"op": "offload", "node": "a"}, {"op": "wait", "node": "a"}]
+    assert Plan.from_json(G, doc).steps[2] == ("wait", A)

@@ -141,3 +141,48 @@ def test_values_are_freed_as_early_as_the_schedule_allows():
     last = g.size - 1
     k = plan.steps.index(("compute", last))
     assert plan.steps[k + 1:] and ("free", last) in plan.steps[k + 1:]
+
+
+def _moved_activation(g):
+    """chain(2)'s schedule keeping f0 into stage 1 and offloading it there, reloading it in stage 3 for g0."""
+    n = g.size  # f0 f1 loss g1 g0
+    S = np.zeros((n, n), dtype=bool)
+    S[1, 0] = True  # f0 held into stage 1, where it is offloaded after f1 reads it
+    S[2, 1] = S[3, 1] = S[4, 1] = True  # f1 until g1; loss until g1; g1 for g0
+    S[3, 2] = S[4, 3] = True
+    S[4, 0] = True  # f0 back for g0, reloaded during stage 3
+    offloads, reloads = np.zeros_like(S), np.zeros_like(S)
+    offloads[1, 0] = reloads[3, 0] = True
+    return S, offloads, reloads
+
+
+def test_offloads_replace_frees_and_reloads_open_their_stage_without_a_recomputation():
+    g = chain(2)
+    S, offloads, reloads = _moved_activation(g)
+    assert recompute_closure(g, S)[3, 0]  # without the reload, stage 3 recomputes f0 for stage 4
+    R = recompute_closure(g, S, reloads=reloads)
+    assert not R[3, 0] and R.sum() == g.size
+    plan = plan_from_schedule(g, Schedule(R, S), offloads=offloads, reloads=reloads)
+    names = [f"{op} {g.ids[v]}" for op, v in plan.steps]
+    assert names == ["compute f0", "compute f1", "offload f0", "compute loss", "reload f0", "compute g1",
+                     "free loss", "free f1", "compute g0", "free g1", "free f0", "free g0"]
+
+
+def test_an_offloaded_value_cannot_be_kept_into_the_next_stage():
+    g = chain(2)
+    S, offloads, reloads = _moved_activation(g)
+    S[2, 0] = True
+    with pytest.raises(InvalidSchedule, match="Stage 1: 'f0' is offloaded, but S keeps it into stage 2"):
+        plan_from_schedule(g, Schedule(recompute_closure(g, S, reloads=reloads), S), offloads=offloads,
+                           reloads=reloads)
+
+
+def test_with_waits_the_stage_after_an_offload_begins_by_waiting_for_it():
+    g = chain(2)
+    S, offloads, reloads = _moved_activation(g)
+    schedule = Schedule(recompute_closure(g, S, reloads=reloads), S)
+    plan = plan_from_schedule(g, schedule, offloads=offloads, reloads=reloads, waits=True)
+    names = [f"{op} {g.ids[v]}" for op, v in plan.steps]
+    assert names[:5] == ["compute f0", "compute f1", "offload f0", "wait f0", "compute loss"]
+    without = plan_from_schedule(g, schedule, offloads=offloads, reloads=reloads)
+    assert [step for step in plan.steps if step[0] != "wait"] == list(without.steps)

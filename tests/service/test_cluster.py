@@ -100,7 +100,7 @@ def test_cancel_reaches_the_worker_and_stops_the_solve(processes: Processes, sto
     server = processes.server("--queue", REDIS_URL)
     processes.worker()
     with Client(server.url) as client:
-        final, pid = cancel_when_running(client, store, chain(900), "griewank")
+        final, pid = cancel_when_running(client, store, chain(900), "checkmate")
     assert final["status"] == "cancelled" and not alive(pid), brief(final)
     assert final["result"] is None or final["result"]["status"] == "cancelled"
 

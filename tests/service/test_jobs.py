@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import replace
 
+from remat.schedules import Transfer
 from remat.service import Claim, JobStatus, SolveSpec, reusable
 from remat.service import _jobs as jobs
 
@@ -17,6 +20,19 @@ def test_identical_requests_share_an_id_and_any_difference_changes_it():
                 replace(SPEC, time_limit_s=61.0), replace(SPEC, mip_gap=0.01), replace(SPEC, graph_sha256="b" * 64)]
     assert len({v.key for v in variants} | {SPEC.key}) == len(variants) + 1
     assert replace(SPEC, time_limit_s=60).key == replace(SPEC, time_limit_s=60.0).key
+
+
+def test_transfer_and_host_budget_are_part_of_the_key_only_when_given():
+    canon = {"format": jobs.JOB_FORMAT, "remat": jobs.remat_version(), "graph_sha256": "a" * 64, "budget": 1000,
+             "strategy": "checkpoint-all", "backend": "auto", "time_limit_s": 60.0, "mip_gap": SPEC.mip_gap,
+             "options": {}}
+    text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
+    assert SPEC.key == hashlib.sha256(text.encode()).hexdigest(), "a request without them keeps its key"
+    offloading = replace(SPEC, transfer={"bandwidth": 4.0, "latency": 0.0})
+    variants = [offloading, replace(offloading, transfer={"bandwidth": 4.0, "latency": 1.0}),
+                replace(offloading, host_budget=0), replace(SPEC, host_budget=0)]
+    assert len({v.key for v in variants} | {SPEC.key}) == len(variants) + 1
+    assert offloading.transfer_params == Transfer(bandwidth=4.0) and SPEC.transfer_params is None
 
 
 def _finished(result_status: str, strategy: str = "checkpoint-all") -> jobs.Job:
@@ -94,6 +110,11 @@ def test_each_token_has_its_own_job_for_one_request():
 def test_records_round_trip():
     job = _finished("feasible")
     assert jobs.Job.from_record(job.to_record()) == job
+    offloading = jobs.new_job(replace(SPEC, transfer={"bandwidth": 4.0, "latency": 0.5}, host_budget=7),
+                              graph_name="g", token=None, now=1.0)
+    back = jobs.Job.from_record(json.loads(json.dumps(offloading.to_record())))
+    assert back == offloading and back.spec.transfer == {"bandwidth": 4.0, "latency": 0.5}
+    assert back.spec.key == offloading.spec.key == offloading.id
 
 
 def test_a_process_that_reuses_a_dead_owners_pid_is_not_that_owner():

@@ -292,3 +292,20 @@ def test_sqlite_upgrades_a_store_of_the_previous_release(tmp_path: Path):
     assert store.claim_next("host:1:a").id == job.id
     SqliteStore(tmp_path / "jobs.sqlite3").close()  # opening it again changes nothing
     store.close()
+
+
+def test_a_jobs_transfer_and_host_budget_are_stored_with_it_and_outlive_the_store(
+        make_store: Callable[..., JobStore]):
+    offloading = SolveSpec("f" * 64, 100, "checkpoint-all", transfer={"bandwidth": 4.0, "latency": 0.5},
+                           host_budget=64)
+    store = make_store()
+    job, fresh = store.submit(offloading, graph_name="g", token="t1")
+    plain, _ = store.submit(spec(), graph_name="g", token="t1")
+    assert fresh and job.id != plain.id
+    finish(store, job.id)
+    store.close()
+    reopened = make_store()  # a restart: a new store on the same file or Redis prefix
+    back = reopened.get(job.id)
+    assert back.spec == offloading and back.spec.transfer == {"bandwidth": 4.0, "latency": 0.5}
+    assert back.spec.host_budget == 64 and back.status is JobStatus.SUCCEEDED
+    assert reopened.submit(offloading, graph_name="g", token="t1") == (back, False), "its result is reused"

@@ -1,13 +1,16 @@
 """Properties every baseline shares: valid simulated plans, honest numbers, clear refusals."""
 
+import numpy as np
 import pytest
 from factories import BENCHMARK_NAMES, benchmark_graph, random_chains, random_dags
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat.schedules import InvalidRequest, StrategyNotApplicable, simulate
+from remat.schedules import InvalidRequest, StrategyNotApplicable, recompute_closure, simulate
 from remat.solvers import BASELINES as BASELINE_STRATEGIES
 from remat.solvers import STRATEGIES, StrategyKind, solve
+from remat.solvers.baselines import checkpoint_last_schedule
+from remat.solvers.offload import OFFLOAD_BASELINES
 
 BASELINES = sorted(s.name for s in BASELINE_STRATEGIES)
 KNOBS = {"chen-greedy": "segment_budget", "ap-greedy": "segment_budget", "linearized-greedy": "segment_budget",
@@ -15,8 +18,10 @@ KNOBS = {"chen-greedy": "segment_budget", "ap-greedy": "segment_budget", "linear
 
 
 def test_the_baselines_are_the_registered_strategies_of_kind_baseline_and_use_no_backend():
-    assert BASELINES == sorted(name for name, s in STRATEGIES.items() if s.kind is StrategyKind.BASELINE)
-    assert list(STRATEGIES)[:len(BASELINES)] == [s.name for s in BASELINE_STRATEGIES]
+    engine_free = [s.name for s in (*BASELINE_STRATEGIES, *OFFLOAD_BASELINES)]
+    assert sorted(engine_free) == sorted(name for name, s in STRATEGIES.items() if s.kind is StrategyKind.BASELINE)
+    assert list(STRATEGIES)[:len(engine_free)] == engine_free
+    assert not any(STRATEGIES[name].offloads for name in BASELINES)
     assert all(not STRATEGIES[name].backends for name in BASELINES)
     assert all(s.backends for s in STRATEGIES.values() if s.kind is not StrategyKind.BASELINE)
 
@@ -78,3 +83,14 @@ def test_an_option_the_strategy_does_not_read_is_refused_by_name(strategy):
     takes = f"the options are: {KNOBS[strategy]}" if strategy in KNOBS else "it takes none"
     with pytest.raises(InvalidRequest, match=f"Unknown option 'segmnet_budget' for {strategy}; {takes}"):
         solve(g, budget_ratio=1.0, strategy=strategy, options={"segmnet_budget": 3})
+
+
+@settings(max_examples=200, deadline=None)
+@given(random_dags(max_nodes=14))
+def test_checkpoint_last_computes_the_closure_of_holding_the_newest_value(g):
+    schedule = checkpoint_last_schedule(g)
+    n = g.size
+    S = np.zeros((n, n), dtype=bool)
+    for t in range(n - 1):
+        S[t + 1, t] = g.last_use[t] > t
+    assert np.array_equal(schedule.S, S) and np.array_equal(schedule.R, recompute_closure(g, S))

@@ -39,6 +39,21 @@ def test_greedy_checkpoints_when_the_running_sum_passes_the_budget():
     assert greedy_checkpoints(g, range(6), 6) == (2, 5)
     assert greedy_checkpoints(g, [3, 4], 6) == (3,)  # the running sum only resets at a candidate
     assert greedy_checkpoints(g, range(6), 14) == ()
+    assert greedy_checkpoints(g, range(6), 2**80) == ()  # beyond any byte count: no checkpoint
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_chains(max_length=12), st.data())
+def test_greedy_checkpoints_follow_chens_walk(g, data):
+    candidates = sorted(data.draw(st.sets(st.sampled_from(g.forward_nodes))))
+    budget = data.draw(st.integers(0, int(g.memory.sum()) + 1))
+    chosen, running = [], 0
+    for v in g.forward_nodes:  # Chen's walk, one node at a time
+        running += int(g.memory[v])
+        if running > budget and v in candidates:
+            chosen.append(v)
+            running = 0
+    assert greedy_checkpoints(g, candidates, budget) == tuple(chosen)
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from factories import benchmark_graph, chain
 
-from remat.schedules import StrategyNotApplicable, UnknownStrategy
+from remat.schedules import StrategyNotApplicable, Transfer, UnknownStrategy
 from remat.solvers import STRATEGIES, StrategyKind, plan_sweep, solve, sweep_budgets
 
 
@@ -21,7 +21,7 @@ def test_budgets_span_the_feasible_range_evenly():
 def test_a_default_sweep_covers_every_applicable_strategy_and_each_heuristics_natural_point():
     graph = benchmark_graph("resnet50")
     plan = plan_sweep(graph, time_limit_s=60)
-    applicable = [name for name, s in STRATEGIES.items() if _applies(s, graph)]
+    applicable = [name for name, s in STRATEGIES.items() if _applies(s, graph) and not s.offloads]
     assert list(plan.strategies) == applicable and "chen-sqrtn" not in plan.strategies
     assert set(sweep_budgets(graph)) <= set(plan.budgets) and list(plan.budgets) == sorted(plan.budgets)
     heuristics = [s for s in applicable if STRATEGIES[s].kind is StrategyKind.BASELINE]
@@ -48,3 +48,12 @@ def _applies(strategy, graph) -> bool:
     except StrategyNotApplicable:
         return False
     return True
+
+
+def test_with_transfer_parameters_the_offloading_heuristics_join_the_sweep_with_their_natural_points():
+    graph = benchmark_graph("resnet50")
+    transfer = Transfer(bandwidth=float(graph.memory.sum()) / graph.base_cost)
+    plan = plan_sweep(graph, time_limit_s=60, transfer=transfer)
+    assert {"offload-all", "offload-window"} <= set(plan.strategies)
+    natural = solve(graph, budget=graph.checkpoint_all_peak, strategy="offload-all", transfer=transfer).peak_memory
+    assert plan.natural["offload-all"] == natural < graph.checkpoint_all_peak and natural in plan.budgets

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 from browser import Watched
-from factories import benchmark_graph
+from factories import benchmark_graph, chain, offloading_plan, store_offload_job
 from playwright.sync_api import Browser
 from processes import Processes, Server, wait_until
 
 from remat.clients.http import Client
+from remat.schedules import Transfer, simulate
 from remat.solvers import STRATEGIES, StrategyKind, plan_sweep, sweep_budgets
 
 pytestmark = pytest.mark.browser
@@ -114,3 +115,25 @@ def test_signing_in_from_the_browser(processes: Processes, browser: Browser):
         assert cookie["httpOnly"] and cookie["path"] == "/dashboard" and cookie["sameSite"] == "Strict"
     finally:
         w.close()
+
+
+def test_the_job_page_of_a_plan_with_transfers_draws_three_lanes_and_memory_over_time(
+        processes: Processes, watched: Watched):
+    graph = chain(40, memory=2**20)
+    transfer = Transfer(bandwidth=2**19, latency=0.1)
+    job_id = store_offload_job(processes.tmp_path / "data", graph, transfer)
+    server = processes.server()
+    watched.open(f"{server.url}/dashboard/jobs/{job_id}")
+    page = watched.page
+    lanes = page.evaluate("document.getElementById('plot-streams').data.map(t => [t.y[0], t.x.length])")
+    sim = simulate(graph, offloading_plan(graph), transfer=transfer)
+    assert lanes == [[op, len(sim.timing.stream(op))] for op in ("compute", "offload", "reload")]
+    assert page.locator("#plot-streams g.trace.bars").count() == 3
+    assert page.locator("#plot-streams .point").count() == sum(n for _, n in lanes), "every bar is drawn"
+    names = page.evaluate("document.getElementById('plot-memory').data.map(t => t.name)")
+    assert names[0] == "device memory" and names[1].startswith("budget")
+    assert page.locator("#plot-R").count() == 0, "no schedule, no heat maps"
+    facts = page.inner_text("section.facts")
+    assert "host peak memory" in facts and "39 offloads, 39 reloads" in facts and "arena size" in facts
+    watched.screenshot("dashboard-job-offload-chain40.png")
+    assert watched.errors == []

@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from factories import chain
+from factories import chain, offloading_plan, store_offload_job
 from fastapi.testclient import TestClient
 from processes import wait_until
 from pydantic import SecretStr
 
 from remat.report import ASSETS, PLOTLY_VERSION
+from remat.schedules import Transfer, format_size, simulate
 from remat.service import Settings, create_app
 
 STRATEGIES = ["checkpoint-all", "checkpoint-last", "chen-sqrtn"]
@@ -163,3 +164,24 @@ def test_the_root_links_the_dashboard(client: TestClient):
     assert page.status_code == 200 and 'href="/dashboard"' in page.text and 'href="/docs"' in page.text
     links = client.get("/", headers={"Accept": "application/json"}).json()["links"]
     assert links["dashboard"] == "/dashboard" and client.get(links["dashboard"]).status_code == 200
+
+
+def test_the_job_page_of_a_plan_with_transfers_draws_its_streams_and_memory_over_time(settings: Settings):
+    graph = chain(8, memory=2**20)
+    transfer = Transfer(bandwidth=2**19, latency=0.1)  # a copy lasts 2.1: longer than a compute
+    job_id = store_offload_job(settings.data_dir, graph, transfer)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        r = client.get(f"/dashboard/jobs/{job_id}")
+    assert r.status_code == 200, r.text
+    data = page_data(r.text)
+    assert set(data["figures"]) == {"streams", "memory", "recompute"}, "no R and S: the plan has no schedule"
+    lanes = {t["y"][0]: t for t in data["figures"]["streams"]["data"]}
+    sim = simulate(graph, offloading_plan(graph), transfer=transfer)
+    for op in ("compute", "offload", "reload"):
+        spans = sim.timing.stream(op)
+        assert lanes[op]["base"] == [s.start for s in spans] and len(lanes[op]["x"]) == len(spans) > 0
+    memory = data["figures"]["memory"]["data"][0]
+    assert memory["x"] == [t for t, _ in sim.timing.memory] and max(memory["y"]) * 2**20 == sim.peak_memory
+    assert "Streams over time" in r.text and "Device memory over time" in r.text
+    assert f"host peak memory</dt><dd>{format_size(sim.host_peak_memory)}" in r.text
+    assert f"{len(sim.timing.stream('offload'))} offloads" in r.text and "arena size" in r.text
