@@ -28,14 +28,14 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from remat.schedules import Graph, InvalidRequest, Plan, Simulation, format_size, simulate
+from remat.schedules import Graph, InvalidRequest, Plan, Simulation, format_size
 
 from ._capture import DryRun, backward_start
 from ._costs import node_costs
 from ._errors import CaptureError, PlanRejected
 from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
-from ._planning import Budget, Planner, check_result, computing_random_ops_once
+from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
 from ._transfer import TransferSpec, check_transfer, transfer_for
 
 __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
@@ -149,7 +149,7 @@ class RematBackend:
                                f"(Inductor places its own frees); use compiler='eager', or no transfer with "
                                f"compiler={self.compiler!r}.")
         if self.compiler == "inductor":
-            result, plan, simulation = _random_ops_once(graph, solved, plan, simulation, budget)
+            result, plan, simulation = _random_ops_once(graph, joint, solved, plan, simulation, budget)
         steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
         self._held[frame] = int(simulation.timeline[split_point(joint, steps) - 1])
         self.planned.append(PlannedGraph(joint, graph, result, plan, simulation, budget, source))
@@ -221,14 +221,14 @@ def _inductor_partitioner(partition: _Partition) -> Any:
     return RematPartitioner()
 
 
-def _random_ops_once(graph: Graph, result: Mapping[str, Any], plan: Plan, simulation: Simulation,
+def _random_ops_once(graph: Graph, joint: JointGraph, result: Mapping[str, Any], plan: Plan, simulation: Simulation,
                      budget: int) -> tuple[Mapping[str, Any], Plan, Simulation]:
     """The plan for Inductor, which cannot replay a random state: random ops computed once and kept
     (see :func:`computing_random_ops_once`), simulated again; the result says so. Refused if it no longer fits."""
     kept = computing_random_ops_once(graph, plan)
     if kept == plan:
         return result, plan, simulation
-    again = simulate(graph, kept)
+    again = simulate_as_run(graph, joint, kept)
     if again.peak_memory > budget:
         raise PlanRejected(f"With compiler='inductor', random ops (dropout) cannot be computed again (Inductor "
                            f"cannot replay a random state), and the plan that keeps them peaks at "

@@ -28,8 +28,8 @@ unreduced buffer, so ``(out - y).pow(2).mean()`` is counted exactly where ``F.ms
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -108,11 +108,20 @@ class JointGraph:
     dropped: tuple[int, ...] = ()
     """Forward outputs the caller drops before the backward (outputs without gradient, when the backward
     starts from one output alone): held until the end of the forward only, marked by FORWARD_END."""
+    rng_states: Mapping[str, int] = field(default_factory=dict)
+    """Bytes of device memory the random state of each random op takes, by op, when a plan computes the op
+    again (0 where the generator's state lives on the host, as CUDA's does); ``fixed["rng_states"]`` is their
+    sum, a bound: an op computed once saves none."""
 
     @property
     def fixed_memory(self) -> int:
         """Bytes resident through the whole step (the sum of ``fixed``'s parts)."""
         return sum(self.fixed.values())
+
+    def fixed_memory_replaying(self, replayed: Iterable[str]) -> int:
+        """The bytes resident through a step whose plan computes again exactly the random ops ``replayed``."""
+        again = set(replayed)
+        return self.fixed_memory - sum(b for name, b in self.rng_states.items() if name not in again)
 
     @property
     def resident_memory(self) -> int:
@@ -226,8 +235,9 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
                        deps=tuple(dict.fromkeys(r for r in ends if r not in leaves)))
         producers.insert(_end_of_forward(producers, [o.name for o in outputs[:num_forward_outputs] if o is not None],
                                          root), end)
-    rng_states = sum(_rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n))
-    fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned, gradients, rng_states, mutated_inputs)
+    rng_states = {n.name: _rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n)}
+    fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned, gradients, sum(rng_states.values()),
+                          mutated_inputs)
     return JointGraph(
         module=gm,
         name=name,
@@ -242,6 +252,7 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
         fixed=fixed,
         returned=returned,
         dropped=dropped,
+        rng_states=rng_states,
     )
 
 

@@ -11,6 +11,7 @@ parameters, when it copies values to host memory) and refused unless it fits.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -227,13 +228,24 @@ def computing_random_ops_once(graph: Graph, plan: Plan) -> Plan:
     return Plan.of(steps)
 
 
+def simulate_as_run(graph: Graph, joint: JointGraph, plan: Plan, *, transfer: Transfer | None = None) -> Simulation:
+    """Simulate ``plan`` with the fixed memory its step holds when run: a random op's state is saved only when
+    the plan computes the op again (the graph counts every random op's, a bound made before there is a plan)."""
+    computes = Counter(v for op, v in plan.steps if op == "compute")
+    fixed = joint.fixed_memory_replaying(graph.nodes[v].id for v, times in computes.items() if times > 1)
+    if fixed != graph.fixed_memory:
+        graph = Graph(graph.nodes, name=graph.name, fixed_memory=fixed, cost_unit=graph.cost_unit)
+    return simulate(graph, plan, transfer=transfer)
+
+
 def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int, joint: JointGraph | None = None,
                  transfer: Transfer | None = None, host_budget: int | None = None) -> tuple[Plan, Simulation]:
     """Re-simulate the plan of a remat.result/v1 and refuse it unless it fits ``budget`` on this graph.
 
     A plan that copies values to host memory is simulated with ``transfer`` (by default the result's
-    own) and must also keep its host copies within ``host_budget``. With the ``joint`` graph, a
-    refusal also quotes budgets as fractions of the activation memory.
+    own) and must also keep its host copies within ``host_budget``. With the ``joint`` graph, the plan
+    is simulated as run (:func:`simulate_as_run`) and a refusal also quotes budgets as fractions of the
+    activation memory.
     """
     status = result.get("status")
     if status not in FITTING_STATUSES:
@@ -244,7 +256,8 @@ def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int, joint:
         plan = Plan.from_json(graph, result.get("plan"))
         if transfer is None and plan.has_transfers and result.get("transfer") is not None:
             transfer = Transfer.from_json(result["transfer"])
-        simulation = simulate(graph, plan, transfer=transfer)
+        simulation = simulate(graph, plan, transfer=transfer) if joint is None else \
+            simulate_as_run(graph, joint, plan, transfer=transfer)
     except (InvalidPlan, InvalidRequest) as e:
         raise PlanRejected(f"The plan received does not simulate: {e}") from e
     if simulation.peak_memory > budget:
