@@ -22,6 +22,7 @@ from remat.schedules import (  # noqa: E402
     checkpoint_all_schedule,
     plan_from_schedule,
     recompute_closure,
+    simulate,
 )
 from remat.solvers import STRATEGIES  # noqa: E402
 
@@ -168,6 +169,21 @@ def test_two_plans_with_dropout_give_the_same_gradients():
         assert torch.equal(replayed, kept)
         torch.testing.assert_close(replayed, eager, rtol=1e-5, atol=1e-6)
     assert any(g.abs().sum().item() > 0 for g in grads[0])
+
+
+def test_a_plan_is_simulated_with_the_random_states_it_saves():
+    """The graph counts a saved random state for every dropout; the plan chosen is simulated with those of
+    the dropouts it computes again only."""
+    graph = _graph("gpt")
+    for result in (_forced_dropout_replay(graph), None):
+        model, inputs, loss_fn = _model("gpt")
+        rm = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
+                           result=result)
+        computes = [graph.nodes[v].id for op, v in rm.plan.steps if op == "compute"]
+        unsaved = sum(b for op, b in rm.plans[0].joint.rng_states.items() if computes.count(op) == 1)
+        assert rm.plans[0].joint.fixed["rng_states"] > 0
+        assert unsaved == (0 if result else rm.plans[0].joint.fixed["rng_states"])
+        assert rm.simulation.peak_memory == simulate(graph, rm.plan).peak_memory - unsaved
 
 
 def test_batch_norm_statistics_update_once_per_step():
