@@ -1,6 +1,7 @@
 """Offloading against rematerialization on paper and captured graphs, over an H100's, an A100's and a GH200's host link.
 
-For each graph and budget ratio (of the checkpoint-all peak), and each device (its FLOP rate and its
+For each graph and budget (a ratio of the checkpoint-all peak, or the graph's floor: the smallest budget
+any plan meets, with or without transfers), and each device (its FLOP rate and its
 host link profile), one row: the overhead (cost / base cost of the returned, simulated plan), status,
 peak / budget, host peak memory and solve time of
 
@@ -20,7 +21,7 @@ converted (``profiled`` readings of unknown unit, ``unit`` costs, or roofline se
 the rate fcn8's does on the same device: what decides whether copies hide is that rate against the
 link's, and it is then the same for every graph, which differ by their structure only.
 
-    python benchmarks/offload.py                 # 6 graphs x 3 ratios x 3 devices: about 10 minutes
+    python benchmarks/offload.py                 # 6 graphs x 4 budgets x 3 devices: about 15 minutes
     python benchmarks/offload.py --quick         # 2 graphs, 2 ratios, 3 s limits
 """
 
@@ -94,6 +95,16 @@ def copy_bound(graph: Graph, budget: int, transfer: Transfer) -> float:
     return max(graph.base_cost, worst) / graph.base_cost
 
 
+def budget_at(graph: Graph, ratio: str) -> int:
+    """The budget a ``--ratios`` entry names: a fraction of the checkpoint-all peak, or ``floor``."""
+    return graph.min_feasible_budget if ratio == "floor" else resolve_budget(graph, budget_ratio=float(ratio))
+
+
+def ratio_label(graph: Graph, ratio: str) -> str:
+    """The table's r column: the fraction, with the floor's own in parentheses."""
+    return f"floor ({graph.min_feasible_budget / graph.checkpoint_all_peak:.3f})" if ratio == "floor" else ratio
+
+
 def cell(result: Result, with_host: bool) -> str:
     """One strategy's outcome: overhead, status, peak / budget, host peak and solve time."""
     if result.simulation is None:
@@ -106,7 +117,8 @@ def cell(result: Result, with_host: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graphs", help=f"comma-separated, under benchmarks/graphs (default: {DEFAULT_GRAPHS})")
-    parser.add_argument("--ratios", default="0.5,0.3,0.2")
+    parser.add_argument("--ratios", default="0.5,0.3,0.2,floor",
+                        help="fractions of the checkpoint-all peak; 'floor' is the graph's min_feasible_budget")
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds for checkmate (and checkmate-offload)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_GRAPHS} at 0.5 and 0.3, 3 s limits")
@@ -114,7 +126,7 @@ def main() -> None:
     if args.quick:
         args.graphs, args.ratios, args.time_limit = args.graphs or QUICK_GRAPHS, "0.5,0.3", 3.0
     names = (args.graphs or DEFAULT_GRAPHS).split(",")
-    ratios = [float(r) for r in args.ratios.split(",")]
+    ratios = args.ratios.split(",")
     offloading = [s for s in ("offload-all", "offload-window", "checkmate-offload") if s in STRATEGIES]
     limits = {"time_limit_s": args.time_limit, "threads": args.threads, "convergence": Convergence()}
     print(f"{platform.node()}, {os.cpu_count()} CPUs, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; checkmate time limit "
@@ -133,8 +145,8 @@ def main() -> None:
     for name in names:
         graph = Graph.from_path(str(GRAPHS / f"{name}.json"))
         for ratio in ratios:
-            budget = resolve_budget(graph, budget_ratio=ratio)
-            head = f"| {Path(name).name} | {graph.size} | {ratio} |"
+            budget = budget_at(graph, ratio)
+            head = f"| {Path(name).name} | {graph.size} | {ratio_label(graph, ratio)} |"
             if budget < graph.min_feasible_budget:
                 print(f"{head} all | infeasible: under the smallest feasible budget "
                       f"({graph.min_feasible_budget / graph.checkpoint_all_peak:.3f} of the peak) | |"
