@@ -4,12 +4,14 @@ Their plans have ``offload``, ``reload`` and ``wait`` statements and no schedule
 transfer parameters (:class:`remat.schedules.Transfer`). :data:`OFFLOAD_BASELINES` lists the
 engine-free ones; the registry lists them after the baselines. :func:`checkmate_offload` is the joint
 strategy (keep, recompute or offload per value), a solver strategy of the registry; :func:`offload_to_fit`
-moves a plan's idle values to the host until its peak fits a budget. :func:`insert_transfers` adds
+moves a plan's idle values to the host until its peak fits a budget, :func:`offload_instead_of_recomputing`
+replaces a plan's recomputations by such moves where they cost less. :func:`insert_transfers` adds
 transfers to any plan without them, at the gaps :func:`idle_intervals` finds.
 """
 
 from ._all import offload_all, offload_all_plan
 from ._insert import Computes, IdleInterval, idle_intervals, insert_transfers
+from ._instead import offload_instead_of_recomputing
 from ._joint import JOINT_MILP_NODES, LADDER_RUNGS, checkmate_offload, checkmate_or_offload
 from ._joint import OPTIONS as JOINT_OPTIONS
 from ._squeeze import offload_to_fit
@@ -31,6 +33,7 @@ __all__ = [
     "insert_transfers",
     "offload_all",
     "offload_all_plan",
+    "offload_instead_of_recomputing",
     "offload_to_fit",
     "offload_window",
 ]

@@ -9,8 +9,10 @@ the host budget) is returned. The candidates:
    requested one and checkpoint-all's peak (a geometric ladder, highest first), each cheaper than a plan
    at the budget, with idle values moved to the host until they fit (:func:`offload_to_fit`); together
    :data:`LADDER_SHARE` of the time at most;
-3. remat only: the ``checkmate`` strategy at the budget, with the whole time limit, as it would run on its
-   own (:data:`REMAT_SHARE` of it when step 4 follows);
+3. remat only: the ``checkmate`` strategy at the budget, as it would run on its own, with the time limit less
+   step 3b's share (:data:`REMAT_SHARE` of it when step 4 follows); then (3b) its plan with values kept and
+   moved to the host instead of computed again wherever that costs less
+   (:func:`offload_instead_of_recomputing`), within :data:`INSTEAD_SHARE` of the time limit;
 4. on graphs of up to :data:`JOINT_MILP_NODES` nodes, the joint MILP (keep, recompute or offload per value
    and stage, :mod:`remat.solvers.checkmate._offload_model`), warm-started from step 3's schedule, with
    the time left.
@@ -19,7 +21,7 @@ Steps 1 and 2 run in a thread beside step 3 (whose work is mostly in its solver 
 answer is never worse than remat only or any offload baseline at the same budget and time limit. They
 report their plans (as the best so far) only once step 3 has ended: with a convergence rule, the solve
 ends when the best plan stops improving, and the rule then judges the remat-only search from its own
-first plan, as it would on its own. Steps 1 and 2 are bounded work and finish after such a stop (not
+first plan, as it would on its own. Steps 1, 2 and 3b are bounded work and finish after such a stop (not
 after a cancel or the deadline); step 4 does not run after it.
 
 The lower bound is the graph's base cost (the compute stream runs every node at least once, one at a
@@ -54,6 +56,7 @@ from .._watch import watching
 from ..checkmate import OPTIONS as CHECKMATE_OPTIONS
 from ..checkmate import checkmate, solve_offload_milp
 from ..search import anneal
+from ._instead import offload_instead_of_recomputing
 from ._squeeze import offload_to_fit
 from ._table import OFFLOAD_BASELINES
 from ._transfer import required_transfer
@@ -71,6 +74,10 @@ LADDER_SHARE = 0.6
 
 AT_BUDGET_SHARE = 2 / 3
 """Share of the ladder's time for the anneal at the budget itself (0.4 of the time limit)."""
+
+INSTEAD_SHARE = 0.25
+"""Share of the time limit for step 3b: copies instead of step 3's recomputations (remat only gets the rest on
+graphs too large for the joint MILP)."""
 
 REMAT_SHARE = 0.5
 """Share of the time limit for remat only at the budget (step 3) when the joint MILP runs after it."""
@@ -121,13 +128,16 @@ def checkmate_offload(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
         _offload_baselines(graph, budget, lane, best)
         _ladder(graph, budget, transfer, lane, best)
 
-    ended = (StopReason.CANCEL, StopReason.DEADLINE)
-    with (_stopping(lambda: ctx.stop_reason in ended or best.proved(), ctx) as lane_stop,
+    with (_stopping(lambda: _ended(ctx) or best.proved(), ctx) as lane_stop,
           _beside(lambda: fast_candidates(lane_stop), name="remat-offload-ladder"),
           _stopping(best.done, ctx) as remat_stop):
-        remat = _remat(graph, budget, _share(ctx, REMAT_SHARE * total if exact else total, best, remat_stop))
+        remat = _remat(graph, budget, _share(ctx, (REMAT_SHARE if exact else 1 - INSTEAD_SHARE) * total, best,
+                                             remat_stop))
     if remat is not None:
-        best.offer("checkmate (remat only)", plan_from_schedule(graph, remat.schedule), remat.schedule)
+        plan = plan_from_schedule(graph, remat.schedule)
+        best.offer("checkmate (remat only)", plan, remat.schedule)
+        best.offer("checkmate, copies instead of recomputations",
+                   _copies_instead(graph, budget, transfer, plan, ctx, best, INSTEAD_SHARE * total))
     best.announce()
     if exact and not best.done():
         found = solve_offload_milp(graph, budget, transfer, _share(ctx, ctx.remaining_s(), best), remat)
@@ -256,6 +266,22 @@ def _offload_baselines(graph: Graph, budget: int, ctx: SolveContext, best: _Best
             best.ctx.log.append(f"{strategy.name} failed: {e}")
             continue
         best.offer(strategy.name, _plan_of(graph, found), found.schedule, quiet=True)
+
+
+def _copies_instead(graph: Graph, budget: int, transfer: Transfer, plan: Plan, ctx: SolveContext, best: _Best,
+                    seconds: float) -> Plan | None:
+    """Step 3's plan with values kept and moved to the host instead of computed again, where that costs less
+    (:func:`offload_instead_of_recomputing`); bounded work like steps 1 and 2, at most ``seconds`` long."""
+    until = min(ctx.elapsed_s() + seconds, ctx.time_limit_s)
+    found = offload_instead_of_recomputing(
+        graph, plan, budget, transfer, host_budget=ctx.host_budget,
+        stopped=lambda: _ended(ctx) or best.proved() or ctx.elapsed_s() > until)
+    return None if found is None else found[0]
+
+
+def _ended(ctx: SolveContext) -> bool:
+    """Whether the solve was cancelled or reached its deadline (a convergence stop lets bounded work finish)."""
+    return ctx.stop_reason in (StopReason.CANCEL, StopReason.DEADLINE)
 
 
 def _ladder(graph: Graph, budget: int, transfer: Transfer, ctx: SolveContext, best: _Best) -> None:
