@@ -71,7 +71,7 @@ def run(graph: Any, ratio: float, strategy: str, backend: str, time_limit: float
     options = {"path": "milp"} if strategy == "checkmate" else {}
     try:
         result = solve(graph, budget_ratio=ratio, strategy=strategy, backend=backend, time_limit_s=time_limit,
-                       threads=threads, options=options, on_progress=on_progress)
+                       threads=threads, options=options, on_progress=on_progress, convergence=None)
     except RematError as e:
         return [f"{strategy} / {backend}", f"refused: {str(e).split(';')[0]}", "", "", "", "", f"{load:.1f}", "", ""]
     wall = time.monotonic() - started

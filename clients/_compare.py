@@ -17,8 +17,18 @@ from typing import Any
 
 from remat.report import SweepCell, SweepView, render_report, sweep_table
 from remat.schedules import Graph, InvalidRequest, Transfer, format_size
-from remat.solvers import DEFAULT_TIME_LIMIT_S, SWEEP_POINTS, ResultStatus, get_strategy, plan_sweep, solve
+from remat.solvers import (
+    DEFAULT_CONVERGENCE,
+    DEFAULT_TIME_LIMIT_S,
+    SWEEP_POINTS,
+    Convergence,
+    ResultStatus,
+    get_strategy,
+    plan_sweep,
+    solve,
+)
 
+from ._limit_args import convergence_of
 from ._offload_args import check_offloading, transfer_of
 from .http import TERMINAL, Client
 
@@ -33,7 +43,7 @@ def _stderr(line: str) -> None:
 def compare_here(graph: Graph, *, strategies: Sequence[str] | None = None, budgets: Sequence[int] | None = None,
                  points: int = SWEEP_POINTS, backend: str = "auto", time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                  transfer: Transfer | None = None, host_budget: int | None = None,
-                 report: Report = _stderr) -> SweepView:
+                 convergence: Convergence | None = DEFAULT_CONVERGENCE, report: Report = _stderr) -> SweepView:
     """Solve every (strategy, budget) of the sweep in this process, one after the other (with ``transfer``,
     the strategies that offload too)."""
     plan = plan_sweep(graph, strategies=strategies, budgets=budgets, points=points, time_limit_s=time_limit_s,
@@ -42,7 +52,7 @@ def compare_here(graph: Graph, *, strategies: Sequence[str] | None = None, budge
     for k, (strategy, budget) in enumerate(plan.points, 1):
         uses_backend = backend if get_strategy(strategy).backends else "auto"
         result = solve(graph, budget=budget, strategy=strategy, backend=uses_backend, time_limit_s=time_limit_s,
-                       transfer=transfer, host_budget=host_budget).to_json()
+                       transfer=transfer, host_budget=host_budget, convergence=convergence).to_json()
         # in-process nothing cancels a point: it fails when its solve errs, else it succeeded
         cells.append(SweepCell(strategy, budget, "failed" if result["status"] == ResultStatus.ERROR else "succeeded",
                                result))
@@ -54,10 +64,11 @@ def compare_here(graph: Graph, *, strategies: Sequence[str] | None = None, budge
 def compare_on(client: Client, graph: Graph, *, strategies: Sequence[str] | None = None,
                budgets: Sequence[int] | None = None, backend: str = "auto", time_limit_s: float | None = None,
                transfer: Transfer | None = None, host_budget: int | None = None,
-               poll_s: float = 1.0, report: Report = _stderr) -> tuple[str, SweepView]:
+               convergence: Convergence | None = DEFAULT_CONVERGENCE, poll_s: float = 1.0,
+               report: Report = _stderr) -> tuple[str, SweepView]:
     """Run the sweep as jobs on the service behind ``client``; returns the sweep's id and its final view."""
     started = client.sweep(graph, strategies=strategies, budgets=budgets, backend=backend, time_limit_s=time_limit_s,
-                           transfer=transfer, host_budget=host_budget)
+                           transfer=transfer, host_budget=host_budget, convergence=convergence)
     report(f"sweep {started['id']} submitted: {sum(started['counts'].values())} points")
     said = ""
 
@@ -120,7 +131,7 @@ def run(args: Any) -> int:
     transfer = transfer_of(args)
     check_offloading(args.strategies or [], transfer)
     options = {"strategies": args.strategies, "budgets": args.budgets, "backend": args.backend,
-               "transfer": transfer, "host_budget": args.host_budget}
+               "transfer": transfer, "host_budget": args.host_budget, "convergence": convergence_of(args)}
     if args.server:
         if args.points is not None:
             raise InvalidRequest("--points applies in-process only; with --server, give --budgets.", field="points")

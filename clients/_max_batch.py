@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from remat.schedules import BatchedGraph, Graph, InvalidRequest, format_size
-from remat.solvers import BatchTrial, Convergence, max_batch, sweep_strategies
+from remat.solvers import BatchTrial, max_batch, sweep_strategies
 
+from ._limit_args import convergence_of
 from .http import Client
 
 __all__ = ["run"]
@@ -44,11 +45,9 @@ def _here(graphs: dict[int, Graph], strategies: list[str] | None, args: argparse
     batched = _batched(graphs)
     answers = []
     for name in sweep_strategies(batched.template, strategies):
-        options: dict[str, Any] = {"time_limit_s": args.time_limit}
-        if name == "checkmate":
-            options["convergence"] = Convergence()
         answers.append(max_batch(batched, args.budget, strategy=name, max_overhead=args.max_overhead,
-                                 on_trial=lambda trial, name=name: _report(name, trial), **options))
+                                 on_trial=lambda trial, name=name: _report(name, trial), time_limit_s=args.time_limit,
+                                 convergence=convergence_of(args)))
     rows = [(a.strategy, a.batch, a.result.overhead if a.result else None,
              a.result.peak_memory if a.result else None) for a in answers]
     return rows, [a.to_json() for a in answers]
@@ -69,7 +68,7 @@ def _on_server(url: str, graphs: dict[int, Graph], strategies: list[str] | None,
 
     with Client(url) as client:
         started = client.max_batch(graphs, budget=args.budget, max_overhead=args.max_overhead, strategies=strategies,
-                                   time_limit_s=args.time_limit)
+                                   time_limit_s=args.time_limit, convergence=convergence_of(args))
         print(f"max-batch {started['id']} submitted; dashboard: {url.rstrip('/')}/dashboard/max-batch/{started['id']}",
               file=sys.stderr, flush=True)
         doc = client.wait_max_batch(started["id"], timeout_s=None, on_poll=progress)

@@ -14,6 +14,7 @@ from typing import Any
 from remat.schedules import Graph, RematError, ScheduleEntries, format_size, parse_size
 from remat.solvers import DEFAULT_TIME_LIMIT_S, FITTING_STATUSES, STRATEGIES, solve
 
+from ._limit_args import add_time_options, convergence_of
 from ._offload_args import add_offload_options, check_offloading, transfer_of
 
 __all__ = ["main"]
@@ -50,8 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     budget.add_argument("--budget-ratio", type=float, help="fraction of the checkpoint-all peak")
     p.add_argument("--strategy", default="checkmate", help="strategy name (remat strategies lists them)")
     p.add_argument("--backend", default="auto", help="solver backend for checkmate")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
-                   help=f"seconds (default {DEFAULT_TIME_LIMIT_S:g})")
+    add_time_options(p, default=DEFAULT_TIME_LIMIT_S, what="solve")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap that counts as optimal")
     p.add_argument("--option", type=_option, action="append", default=[], metavar="KEY=VALUE", dest="options",
                    help="a strategy option (remat strategies lists them), repeatable; VALUE is read as JSON "
@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                                                   "feasible budget to the checkpoint-all peak, plus natural points)")
     p.add_argument("--points", type=int, help="evenly spaced budgets in the default sweep (in-process; default 12)")
     p.add_argument("--backend", default="auto", help="solver backend for the strategies that use one")
-    p.add_argument("--time-limit", type=float, help="seconds per point (default 60, or the server's default)")
+    add_time_options(p, default=None, what=f"point (in-process {DEFAULT_TIME_LIMIT_S:g}, else the server's default)")
     p.add_argument("--server", help="run the sweep as jobs on a remat service at this URL")
     p.add_argument("--html", metavar="FILE", help="write the chart and table as one self-contained HTML file")
     add_offload_options(p, size=_size)
@@ -114,10 +114,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated, or all (default: checkmate,checkpoint-all)")
     p.add_argument("--max-overhead", type=float,
                    help="largest cost over the base cost a plan may have (default: one extra forward pass)")
-    p.add_argument("--time-limit", type=float, default=30.0,
-                   help="seconds per batch tried (default 30; checkmate stops sooner once its plan stops improving)")
+    add_time_options(p, default=30.0, what="batch tried")
     p.add_argument("--server", help="search as jobs on a remat service at this URL (graphs at two or more batch "
-                                    "sizes; checkmate then runs each batch to its time limit)")
+                                    "sizes)")
     p.add_argument("--json", action="store_true", help="print each strategy's answer as JSON (with --server, the "
                                                        "remat.max-batch/v1 document)")
     p.set_defaults(run=_max_batch)
@@ -184,7 +183,8 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _solve(args: argparse.Namespace) -> int:
     graph = Graph.from_path(args.graph)
-    options: dict[str, Any] = {"strategy": args.strategy, "backend": args.backend, "time_limit_s": args.time_limit}
+    options: dict[str, Any] = {"strategy": args.strategy, "backend": args.backend, "time_limit_s": args.time_limit,
+                               "convergence": convergence_of(args)}
     if args.mip_gap is not None:
         options["mip_gap"] = args.mip_gap
     if args.options:

@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 import httpx
 
 from remat.schedules import Graph, RematError, Transfer
+from remat.solvers import DEFAULT_CONVERGENCE, Convergence
 
 __all__ = ["Client", "ServiceError"]
 
@@ -83,11 +84,13 @@ class Client:
                budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
                time_limit_s: float | None = None, mip_gap: float | None = None,
                options: Mapping[str, Any] | None = None, transfer: TransferLike | None = None,
-               host_budget: int | None = None) -> dict[str, Any]:
+               host_budget: int | None = None,
+               convergence: Convergence | None = DEFAULT_CONVERGENCE) -> dict[str, Any]:
         """Submit a solve and return its job at once (``status`` says whether it has already ended)."""
         response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
                                     backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, options=options,
-                                    transfer=_transfer_doc(transfer), host_budget=host_budget, wait_s=0)
+                                    transfer=_transfer_doc(transfer), host_budget=host_budget, wait_s=0,
+                                    convergence=convergence)
         if response.status_code == 202:
             job: dict[str, Any] = response.json()
             return job
@@ -97,23 +100,28 @@ class Client:
               budget_ratio: float | None = None, strategy: str = "checkmate", backend: str = "auto",
               time_limit_s: float | None = None, mip_gap: float | None = None,
               options: Mapping[str, Any] | None = None, transfer: TransferLike | None = None,
-              host_budget: int | None = None, wait_s: float = 10.0) -> dict[str, Any]:
+              host_budget: int | None = None, wait_s: float = 10.0,
+              convergence: Convergence | None = DEFAULT_CONVERGENCE) -> dict[str, Any]:
         """Solve and return the remat.result/v1, polling the job for as long as the solve takes.
 
         ``options`` are the strategy's own (:func:`remat.solvers.solve`'s); ``transfer`` (a Transfer, or the
-        request's ``transfer`` object) and ``host_budget`` (bytes) are for strategies that offload. Raises
-        ServiceError when the request is refused or the job fails without a result.
+        request's ``transfer`` object) and ``host_budget`` (bytes) are for strategies that offload; the solve
+        stops once ``convergence`` holds (None: at its time limit). Raises ServiceError when the request is
+        refused or the job fails without a result.
         """
         response = self._post_solve(graph, budget=budget, budget_ratio=budget_ratio, strategy=strategy,
                                     backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, options=options,
-                                    transfer=_transfer_doc(transfer), host_budget=host_budget, wait_s=wait_s)
+                                    transfer=_transfer_doc(transfer), host_budget=host_budget, wait_s=wait_s,
+                                    convergence=convergence)
         if response.status_code == 200:
             result: dict[str, Any] = response.json()
             return result
         return self.result(response.json()["id"])
 
-    def _post_solve(self, graph: Graph | Mapping[str, Any], **options: Any) -> httpx.Response:
-        return self._request("POST", "/v1/solve", json=_without_none({"graph": _graph_doc(graph), **options}))
+    def _post_solve(self, graph: Graph | Mapping[str, Any], *, convergence: Convergence | None,
+                    **options: Any) -> httpx.Response:
+        body = _without_none({"graph": _graph_doc(graph), **options})
+        return self._request("POST", "/v1/solve", json=_with_convergence(body, convergence))
 
     def job(self, job_id: str) -> dict[str, Any]:
         """The job as the service shows it: status, progress, error and (once done) result."""
@@ -179,13 +187,15 @@ class Client:
     def sweep(self, graph: Graph | Mapping[str, Any], *, strategies: Sequence[str] | None = None,
               budgets: Sequence[int] | None = None, backend: str = "auto", time_limit_s: float | None = None,
               mip_gap: float | None = None, transfer: TransferLike | None = None,
-              host_budget: int | None = None) -> dict[str, Any]:
+              host_budget: int | None = None,
+              convergence: Convergence | None = DEFAULT_CONVERGENCE) -> dict[str, Any]:
         """Start a sweep; returns its summary (``id``, ``status``, counts). Poll it with get_sweep.
 
         With ``transfer``, the default strategies include those that offload."""
         body = _without_none({"graph": _graph_doc(graph), "strategies": strategies, "budgets": budgets,
                               "backend": backend, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
                               "transfer": _transfer_doc(transfer), "host_budget": host_budget})
+        body = _with_convergence(body, convergence)
         sweep: dict[str, Any] = self._request("POST", "/v1/sweeps", json=body).json()
         return sweep
 
@@ -217,13 +227,15 @@ class Client:
 
     def max_batch(self, graphs: Mapping[int, Graph | Mapping[str, Any]], *, budget: int,
                   max_overhead: float | None = None, strategies: Sequence[str] | None = None, backend: str = "auto",
-                  time_limit_s: float | None = None, mip_gap: float | None = None) -> dict[str, Any]:
+                  time_limit_s: float | None = None, mip_gap: float | None = None,
+                  convergence: Convergence | None = DEFAULT_CONVERGENCE) -> dict[str, Any]:
         """Start a search for the largest batch each strategy fits in ``budget`` bytes, from the model's graphs at
         two or more batch sizes (``{batch: graph}``); returns its summary (``id``, ``status``). Poll it with
         get_max_batch or wait_max_batch."""
         body = _without_none({"graphs": [{"batch": b, "graph": _graph_doc(g)} for b, g in graphs.items()],
                               "budget": budget, "max_overhead": max_overhead, "strategies": strategies,
                               "backend": backend, "time_limit_s": time_limit_s, "mip_gap": mip_gap})
+        body = _with_convergence(body, convergence)
         search: dict[str, Any] = self._request("POST", "/v1/max-batch", json=body).json()
         return search
 
@@ -313,3 +325,8 @@ def _transfer_doc(transfer: TransferLike | None) -> dict[str, Any] | None:
 
 def _without_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
+
+
+def _with_convergence(body: dict[str, Any], convergence: Convergence | None) -> dict[str, Any]:
+    """The body with its convergence rule; an explicit null, since the service's default is to converge."""
+    return {**body, "convergence": None if convergence is None else convergence.to_json()}

@@ -135,6 +135,7 @@ def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any],
         result = solve(Graph.from_json(graph_doc), budget=spec.budget, strategy=spec.strategy,
                        backend=spec.backend, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap,
                        options=spec.options, transfer=spec.transfer_params, host_budget=spec.host_budget,
+                       convergence=spec.convergence_rule,
                        threads=threads, on_progress=lambda p: conn.send(("progress", p.to_json())), stop_event=stop)
         message: Message = _result_message(result.to_json(), max_result_bytes)
     except RematError as e:

@@ -31,7 +31,7 @@ from importlib import metadata
 from typing import Any
 
 from remat.schedules import Transfer, UnknownStrategy
-from remat.solvers import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, ResultStatus, StrategyKind, get_strategy
+from remat.solvers import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Convergence, ResultStatus, StrategyKind, get_strategy
 
 __all__ = [
     "Claim",
@@ -59,7 +59,7 @@ __all__ = [
 
 JOB_FORMAT = "remat.job/v1"
 _PROVED = {ResultStatus.OPTIMAL.value, ResultStatus.INFEASIBLE.value}
-_OFFLOAD_FIELDS = ("transfer", "host_budget")
+_OPTIONAL_FIELDS = ("transfer", "host_budget", "convergence")
 _UNFINISHED_RESULTS = {ResultStatus.TIMEOUT.value, ResultStatus.CANCELLED.value, ResultStatus.ERROR.value}
 
 
@@ -117,15 +117,18 @@ class SolveSpec:
     """Copy times to host memory and back, in the graph's units (:meth:`remat.schedules.Transfer.to_json`)."""
     host_budget: int | None = None
     """Bytes the plan's host copies may hold at most."""
+    convergence: Mapping[str, float] | None = field(default=None, hash=False)
+    """The rule that stops the solve before its time limit (:meth:`remat.solvers.Convergence.to_json`);
+    None runs it to the limit."""
 
     @property
     def key(self) -> str:
         """The sha256 of the canonical request: equal for identical requests, of any token.
 
-        The offload parameters count only when given, so a request without them keeps the key it had
-        before they existed.
+        The offload parameters and the convergence rule count only when given, so a request without
+        them keeps the key it had before they existed.
         """
-        doc = {k: v for k, v in asdict(self).items() if not (k in _OFFLOAD_FIELDS and v is None)}
+        doc = {k: v for k, v in asdict(self).items() if not (k in _OPTIONAL_FIELDS and v is None)}
         canon = {"format": JOB_FORMAT, "remat": remat_version(), **doc,
                  "time_limit_s": float(self.time_limit_s), "mip_gap": float(self.mip_gap)}
         text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
@@ -135,6 +138,11 @@ class SolveSpec:
     def transfer_params(self) -> Transfer | None:
         """The request's transfer parameters as :func:`remat.solvers.solve` takes them."""
         return None if self.transfer is None else Transfer.from_json(self.transfer)
+
+    @property
+    def convergence_rule(self) -> Convergence | None:
+        """The request's convergence rule as :func:`remat.solvers.solve` takes it."""
+        return None if self.convergence is None else Convergence(**self.convergence)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> SolveSpec:

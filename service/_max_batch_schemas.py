@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from remat.schedules import MAX_TOTAL_BYTES
 from remat.solvers import StrategyKind, get_strategy
@@ -63,6 +63,13 @@ class MaxBatchRequest(_SolveOptions):
             raise ValueError("give the model's graph at two or more batch sizes: memory and cost are fitted as "
                              "lines in the batch, and a line needs two points")
         return graphs
+
+    @model_validator(mode="after")
+    def _no_copies(self) -> MaxBatchRequest:
+        if self.transfer is not None or self.host_budget is not None:
+            raise ValueError("a max-batch search plans without copies to host memory: leave out 'transfer' and "
+                             "'host_budget'")
+        return self
 
 
 class TrialPublic(BaseModel):
@@ -152,6 +159,8 @@ class MaxBatchPublic(MaxBatchSummary):
     graphs: list[dict[str, Any]] = Field(description="[{batch, graph_sha256}] of the graphs given")
     time_limit_s: float
     mip_gap: float
+    convergence: dict[str, float] | None = Field(description="the rule that stopped each trial's solve before its "
+                                                             "time limit (null: they ran to the limit)")
     ceiling: int | None = Field(description="the largest batch whose smallest feasible budget fits the device: no "
                                             "strategy can fit more (null until the search has looked)")
     checkpoint_all: BatchOf | None = Field(description="checkpoint-all's batch, when it is searched")
@@ -176,6 +185,7 @@ class MaxBatchPublic(MaxBatchSummary):
             **cls._fields(search, jobs),
             graphs=[{"batch": b, "graph_sha256": sha} for b, sha in search.graphs],
             time_limit_s=search.time_limit_s, mip_gap=search.mip_gap,
+            convergence=None if search.convergence is None else dict(search.convergence),
             ceiling=search.bounds[0] if search.bounds is not None else None,
             checkpoint_all=BatchOf(strategy=REFERENCE, batch=reference.batch) if reference is not None else None,
             best_baseline=BatchOf(strategy=best.strategy, batch=best.batch) if best is not None else None,

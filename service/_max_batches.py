@@ -122,6 +122,8 @@ class MaxBatchSearch:
     created_at: float
     token: str | None = None
     """Id of the token that owns it (see :attr:`remat.service.Job.token`)."""
+    convergence: Mapping[str, float] | None = None
+    """The convergence rule of every trial's solve (see :attr:`remat.service.SolveSpec.convergence`)."""
     bounds: tuple[int, int] | None = None
     """(ceiling, start) of the bisection (see :class:`remat.solvers.BatchSearch`), once the planner found them."""
     revision: int = 0
@@ -160,7 +162,7 @@ class MaxBatchSearch:
         return {"id": self.id, "graphs": [list(g) for g in self.graphs], "graph_name": self.graph_name,
                 "budget": self.budget, "max_overhead": self.max_overhead, "time_limit_s": self.time_limit_s,
                 "mip_gap": self.mip_gap, "strategies": [s.to_record() for s in self.strategies],
-                "created_at": self.created_at, "token": self.token,
+                "created_at": self.created_at, "token": self.token, "convergence": self.convergence,
                 "bounds": list(self.bounds) if self.bounds is not None else None, "revision": self.revision,
                 "finished_at": self.finished_at}
 
@@ -170,21 +172,25 @@ class MaxBatchSearch:
         return cls(doc["id"], tuple((b, sha) for b, sha in doc["graphs"]), doc["graph_name"], doc["budget"],
                    doc["max_overhead"], doc["time_limit_s"], doc["mip_gap"],
                    tuple(StrategySearch.from_record(s) for s in doc["strategies"]), doc["created_at"], doc["token"],
-                   (bounds[0], bounds[1]) if bounds is not None else None, doc["revision"], doc["finished_at"])
+                   doc.get("convergence"), (bounds[0], bounds[1]) if bounds is not None else None, doc["revision"],
+                   doc["finished_at"])
 
 
 def new_max_batch(graphs: Mapping[int, str], *, graph_name: str, budget: int, max_overhead: float | None,
                   strategies: Sequence[tuple[str, str]], time_limit_s: float, mip_gap: float, token: str | None,
-                  now: float) -> MaxBatchSearch:
+                  now: float, convergence: Mapping[str, float] | None = None) -> MaxBatchSearch:
     """A new search of ``strategies`` ((name, backend) pairs); one token's identical requests get the same id,
     and no two tokens ever do (the id hashes the canonical request with the token)."""
     canon = {"format": MAX_BATCH_FORMAT, "remat": remat_version(), "graphs": sorted(graphs.items()),
              "budget": budget, "max_overhead": max_overhead, "strategies": [list(s) for s in strategies],
              "time_limit_s": float(time_limit_s), "mip_gap": float(mip_gap)}
+    if convergence is not None:
+        canon["convergence"] = dict(convergence)
     key = hashlib.sha256(json.dumps(canon, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     search_id = key if token is None else hashlib.sha256(f"{key}:{token}".encode()).hexdigest()
     return MaxBatchSearch(search_id, tuple(sorted(graphs.items())), graph_name, budget, max_overhead, time_limit_s,
-                          mip_gap, tuple(StrategySearch(name, backend) for name, backend in strategies), now, token)
+                          mip_gap, tuple(StrategySearch(name, backend) for name, backend in strategies), now, token,
+                          convergence)
 
 
 def restartable(search: MaxBatchSearch) -> bool:

@@ -21,7 +21,7 @@ from remat.schedules import (
     GraphLimits,
     Transfer,
 )
-from remat.solvers import DEFAULT_MIP_GAP, RESULT_FORMAT
+from remat.solvers import DEFAULT_CONVERGENCE, DEFAULT_MIP_GAP, RESULT_FORMAT
 
 from ._jobs import Job, JobStatus
 from ._sweeps import Sweep, status_counts
@@ -72,12 +72,26 @@ class GraphIn(BaseModel):
         return Graph.from_json(self.model_dump(), limits=limits)
 
 
+class ConvergenceIn(BaseModel):
+    """When a solve stops before its time limit: its best cost improved by less than ``tolerance`` in ``window_s``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window_s: float = Field(DEFAULT_CONVERGENCE.window_s, gt=0, le=3600, allow_inf_nan=False)
+    tolerance: float = Field(DEFAULT_CONVERGENCE.tolerance, ge=0, lt=1, allow_inf_nan=False,
+                             description="a fraction of the best cost")
+
+
 class _SolveOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: str = Field("auto", max_length=100, description="solver backend of checkmate; auto picks one")
     time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                       description="seconds per solve; default and maximum are server settings")
+                                       description="seconds per solve at most; default and maximum are server settings")
+    convergence: ConvergenceIn | None = Field(
+        ConvergenceIn(window_s=DEFAULT_CONVERGENCE.window_s, tolerance=DEFAULT_CONVERGENCE.tolerance),
+        description="stop a solve once its best plan improved by less than tolerance (a fraction) in window_s "
+                    "seconds (default: 0.25 % in 2 s); null runs every solve to its time limit")
     mip_gap: float = Field(DEFAULT_MIP_GAP, ge=0, lt=1, description="relative gap that counts as optimal")
     transfer: dict[str, Any] | None = Field(
         None, max_length=3, examples=[{"bandwidth": 5e7, "latency": 0.01},
@@ -87,6 +101,10 @@ class _SolveOptions(BaseModel):
                     f"{{profile ({', '.join(sorted(TRANSFER_PROFILES))}), seconds_per_cost_unit, latency_s}}")
     host_budget: int | None = Field(None, ge=0, le=MAX_TOTAL_BYTES,
                                     description="bytes the plan's host copies may hold at most")
+
+    def convergence_json(self) -> dict[str, float] | None:
+        """The convergence rule as a job records it (None: run to the time limit)."""
+        return None if self.convergence is None else self.convergence.model_dump()
 
     def to_transfer(self) -> Transfer | None:
         """The transfer parameters; InvalidRequest (a 422) says which form is expected when they are wrong."""
@@ -185,6 +203,8 @@ class JobPublic(BaseModel):
     options: dict[str, Any] = Field(description="the strategy's own options the job was asked with")
     transfer: dict[str, float] | None = Field(description="the request's transfer parameters, in the graph's units")
     host_budget: int | None
+    convergence: dict[str, float] | None = Field(description="the rule that stops the solve before its time limit "
+                                                             "(null: it runs to the limit)")
     attempts: int
     cancel_requested: bool
     created_at: datetime
@@ -204,7 +224,8 @@ class JobPublic(BaseModel):
             id=job.id, status=job.status, graph_name=job.graph_name, graph_sha256=s.graph_sha256,
             strategy=s.strategy, backend=s.backend, budget=s.budget, time_limit_s=s.time_limit_s,
             mip_gap=s.mip_gap, options=dict(s.options), transfer=None if s.transfer is None else dict(s.transfer),
-            host_budget=s.host_budget, attempts=job.attempts, cancel_requested=job.cancel_requested,
+            host_budget=s.host_budget, convergence=None if s.convergence is None else dict(s.convergence),
+            attempts=job.attempts, cancel_requested=job.cancel_requested,
             created_at=datetime.fromtimestamp(job.created_at, tz=UTC), started_at=_time(job.started_at),
             finished_at=_time(job.finished_at),
             progress=ProgressPublic(**job.progress) if job.progress else None, error=job.error,

@@ -69,7 +69,7 @@ class Service:
         strategy.check_transfer(transfer, request.options)
         spec = SolveSpec(graph.sha256, resolve_budget(graph, budget=request.budget, budget_ratio=request.budget_ratio),
                          request.strategy, request.backend, self._time_limit(request.time_limit_s), request.mip_gap,
-                         request.options, _transfer_json(transfer), request.host_budget)
+                         request.options, _transfer_json(transfer), request.host_budget, request.convergence_json())
         return self._submit([spec], graph, token)[0]
 
     def wait_s(self, requested: float | None) -> float:
@@ -135,7 +135,8 @@ class Service:
                                  field="budgets")
         backends = {s: _sweep_backend(get_strategy(s), request.backend) for s in strategies}
         specs = [SolveSpec(graph.sha256, budget, s, backends[s], time_limit_s, request.mip_gap,
-                           transfer=_transfer_json(transfer), host_budget=request.host_budget)
+                           transfer=_transfer_json(transfer), host_budget=request.host_budget,
+                           convergence=request.convergence_json())
                  for s in strategies for budget in budgets]
         jobs = self._submit(specs, graph, token, reserve=most - len(specs))
         sweep = new_sweep(jobs, graph_name=graph.name, token=token, now=time.time(), planned=natural == 0)
@@ -166,7 +167,7 @@ class Service:
         fresh = new_max_batch({b: g.sha256 for b, g in graphs.items()}, graph_name=batched.template.name,
                               budget=request.budget, max_overhead=request.max_overhead, strategies=strategies,
                               time_limit_s=self._time_limit(request.time_limit_s), mip_gap=request.mip_gap,
-                              token=token, now=self.store.clock())
+                              token=token, now=self.store.clock(), convergence=request.convergence_json())
         try:
             current: MaxBatchSearch | None = self.store.get_max_batch(fresh.id)
         except JobNotFound:

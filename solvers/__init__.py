@@ -5,6 +5,7 @@ place that turns an outcome into a simulated :class:`Result`.
 """
 
 from ._context import (
+    DEFAULT_CONVERGENCE,
     DEFAULT_MIP_GAP,
     DEFAULT_TIME_LIMIT_S,
     Convergence,
@@ -34,6 +35,7 @@ from .baselines import (
 
 __all__ = [
     "BASELINES",
+    "DEFAULT_CONVERGENCE",
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
     "FITTING_STATUSES",

@@ -21,6 +21,7 @@ from remat.schedules import Plan, Schedule, Transfer
 
 __all__ = [
     "Convergence",
+    "DEFAULT_CONVERGENCE",
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
     "Outcome",
@@ -74,7 +75,8 @@ class Convergence:
     (a fraction of that cost) over the last ``window_s`` seconds.
 
     An interactive caller would rather have a plan within a fraction of a percent of the last one
-    now than wait out the limit for it; a proved optimum stops a solve sooner still.
+    now than wait out the limit for it; a proved optimum stops a solve sooner still. Every entry
+    point stops by this rule unless told otherwise (``convergence=None``: run to the limit).
 
     >>> rule = Convergence(window_s=2.0, tolerance=0.01)
     >>> rule.reached([(0.1, 100.0), (1.5, 99.5)], now=3.0)      # 0.5 % better since t = 1.0 s
@@ -86,6 +88,9 @@ class Convergence:
     window_s: float = 2.0
     tolerance: float = 0.0025
 
+    def to_json(self) -> dict[str, float]:
+        return {"window_s": float(self.window_s), "tolerance": float(self.tolerance)}
+
     def reached(self, trail: Sequence[tuple[float, float]], now: float) -> bool:
         """Whether ``trail`` (elapsed seconds, best cost at every improvement, in order) has converged at ``now``."""
         since = now - self.window_s
@@ -94,6 +99,10 @@ class Convergence:
         then = next(cost for at, cost in reversed(trail) if at <= since)
         best = trail[-1][1]
         return then - best <= self.tolerance * abs(best)
+
+
+DEFAULT_CONVERGENCE = Convergence()
+"""The rule a solve stops by when the caller names none: better by less than 0.25 % in 2 s."""
 
 
 class StopReason(StrEnum):

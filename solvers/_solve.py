@@ -24,6 +24,7 @@ from remat.schedules import (
 )
 
 from ._context import (
+    DEFAULT_CONVERGENCE,
     DEFAULT_MIP_GAP,
     DEFAULT_TIME_LIMIT_S,
     Convergence,
@@ -57,7 +58,7 @@ def solve(
     options: Mapping[str, Any] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     stop_event: Stop | None = None,
-    convergence: Convergence | None = None,
+    convergence: Convergence | None = DEFAULT_CONVERGENCE,
     transfer: Transfer | None = None,
     host_budget: int | None = None,
 ) -> Result:
@@ -67,8 +68,9 @@ def solve(
     it); ``host_budget`` caps the bytes those copies hold on the host.
 
     The solve runs until its strategy ends, it proves its plan optimal, ``stop_event`` is set (a
-    cancel, or :meth:`Stop.request` with another reason), ``time_limit_s`` passes or, with a
-    ``convergence`` rule, its best plan stops improving.
+    cancel, or :meth:`Stop.request` with another reason), its best plan stops improving by the
+    ``convergence`` rule (by default: by less than 0.25 % in 2 s; ``None`` runs to the limit) or
+    ``time_limit_s`` passes.
 
     Raises InvalidRequest, UnknownStrategy or StrategyNotApplicable for requests that cannot run;
     everything that happens once the strategy runs is reported in the Result's status.

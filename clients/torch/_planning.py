@@ -28,7 +28,7 @@ from remat.schedules import (
     parse_size,
     simulate,
 )
-from remat.solvers import FITTING_STATUSES, Convergence
+from remat.solvers import FITTING_STATUSES
 
 from ._cache import PlanCache
 from ._errors import PlanRejected
@@ -38,7 +38,7 @@ from ._progress import ProgressLine
 __all__ = ["OFFLOAD_STRATEGIES", "SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio",
            "check_result", "computing_random_ops_once", "default_strategy"]
 
-SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap", "options")
+SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap", "options", "convergence")
 """Solver options a remat service takes with a request."""
 
 OFFLOAD_STRATEGIES = ("checkmate-offload", "offload-window")
@@ -124,8 +124,8 @@ class Planner:
     """Where plans come from: ``given`` (a result to follow), the cache, then the solver or a service.
 
     ``options`` go to :func:`remat.solvers.solve` (``backend``, ``time_limit_s``, ``mip_gap``,
-    ``threads``, ``options``, ``convergence``); a service takes only those of SERVER_OPTIONS. Local
-    solves stop when converged (:class:`remat.solvers.Convergence`) unless ``convergence=None`` is given.
+    ``threads``, ``options``, ``convergence``); a service takes only those of SERVER_OPTIONS. Solves
+    stop when converged (:class:`remat.solvers.Convergence`) unless ``convergence=None`` is given.
     ``host_budget`` caps the host memory of a plan's copies (bytes); the transfer comes with each graph.
     """
 
@@ -174,8 +174,7 @@ class Planner:
         from remat.solvers import solve
 
         transfer = Transfer.from_json(copies["transfer"]) if copies else None
-        options: dict[str, Any] = {"convergence": Convergence(), "transfer": transfer,
-                                   "host_budget": self.host_budget, **self.options}
+        options: dict[str, Any] = {"transfer": transfer, "host_budget": self.host_budget, **self.options}
         line = ProgressLine(f"planning {what} ({graph.size} nodes) within {format_size(budget)}", graph.base_cost) \
             if self.progress else None
         result = solve(graph, budget=budget, strategy=self.strategy, on_progress=line.update if line else None,

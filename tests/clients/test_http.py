@@ -15,6 +15,7 @@ from processes import Processes
 from remat.clients.cli import main
 from remat.clients.http import Client, ServiceError
 from remat.schedules import RematError, Transfer
+from remat.solvers import DEFAULT_CONVERGENCE, Convergence
 
 
 @pytest.fixture
@@ -122,6 +123,25 @@ def test_copy_times_and_host_budgets_reach_the_server_from_the_client_and_the_cl
     assert json.loads(out.read_text()) == result, "the same request: the same job, its result reused"
 
 
+def test_the_convergence_rule_reaches_the_server_from_the_client_and_the_cli(
+        server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    graph = chain(5)
+    rules = {"default": DEFAULT_CONVERGENCE, "none": None, "slow": Convergence(window_s=5, tolerance=0.01)}
+    with Client(server_url) as client:
+        jobs = {name: client.wait(client.submit(graph, budget_ratio=1.0, strategy="checkpoint-all",
+                                                convergence=rule)["id"]) for name, rule in rules.items()}
+        assert {name: job["convergence"] for name, job in jobs.items()} == {
+            "default": {"window_s": 2.0, "tolerance": 0.0025}, "none": None,
+            "slow": {"window_s": 5.0, "tolerance": 0.01}}
+        path = tmp_path / "chain5.json"
+        path.write_text(json.dumps(graph.to_json()))
+        for flags, rule in (([], "default"), (["--run-to-limit"], "none")):
+            assert main(["solve", str(path), "--budget-ratio", "1", "--strategy", "checkpoint-all", "--server",
+                         server_url, "--json", *flags]) == 0
+            assert json.loads(capsys.readouterr().out) == jobs[rule]["result"], "the same request: the same job"
+        assert len(client.jobs()) == 3
+
+
 def test_max_batch_searches(server_url: str):
     graphs = {b: chain(8, cost=2.0 * b, memory=100 * b + 10, fixed_memory=1_000) for b in (2, 4)}
     with Client(server_url) as client:
@@ -129,6 +149,7 @@ def test_max_batch_searches(server_url: str):
         polled: list[str] = []
         doc = client.wait_max_batch(started["id"], poll_s=0.2, on_poll=lambda d: polled.append(d["status"]))
         assert doc["status"] == polled[-1] == "succeeded" and doc["chosen"]["result"]["plan"]
+        assert doc["convergence"] == DEFAULT_CONVERGENCE.to_json()
         assert client.get_max_batch(started["id"], summary=True)["chosen"]["result"].get("plan") is None
         assert client.cancel_max_batch(started["id"])["status"] == "succeeded"     # it has ended: a no-op
         with pytest.raises(ServiceError, match="two or more batch sizes") as refused:

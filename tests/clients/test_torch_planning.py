@@ -52,5 +52,6 @@ def test_the_transfer_and_host_budget_go_to_the_service(monkeypatch: pytest.Monk
 
 
 def test_options_a_service_does_not_take_are_refused() -> None:
-    with pytest.raises(InvalidRequest, match="drop convergence"):
-        Planner("checkmate", server="http://remat", options={"convergence": None})
+    with pytest.raises(InvalidRequest, match="drop threads"):
+        Planner("checkmate", server="http://remat", options={"threads": 2})
+    Planner("checkmate", server="http://remat", options={"convergence": None})  # a service takes it

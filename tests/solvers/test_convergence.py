@@ -36,3 +36,16 @@ def test_a_cancel_during_a_converging_solve_is_still_a_cancel() -> None:
     result = solve(graph, budget_ratio=0.8, time_limit_s=60, stop_event=stop,
                    convergence=Convergence(window_s=30.0, tolerance=0.0))
     assert result.status is ResultStatus.CANCELLED
+
+
+def test_a_solve_stops_when_converged_unless_told_to_run_to_its_limit() -> None:
+    graph = benchmark_graph("rl500")
+    started = time.monotonic()
+    by_default = solve(graph, budget_ratio=0.8, time_limit_s=120)
+    assert time.monotonic() - started < 60
+    assert by_default.status is ResultStatus.FEASIBLE and "stopped when converged" in by_default.log[-1]
+    started = time.monotonic()
+    to_the_limit = solve(graph, budget_ratio=0.8, time_limit_s=4, convergence=None)
+    assert time.monotonic() - started >= 4
+    assert to_the_limit.status is ResultStatus.FEASIBLE
+    assert not any("stopped when converged" in line for line in to_the_limit.log)

@@ -66,6 +66,21 @@ def test_options_reach_the_strategy_and_are_part_of_the_jobs_key(client: TestCli
     assert first.json()["plan"] == local["plan"] != plain.json()["plan"]
 
 
+def test_a_solve_stops_when_converged_unless_asked_to_run_to_its_limit(client: TestClient):
+    graph = benchmark_graph("rl250")
+    request = _request(graph, strategy="checkmate", budget_ratio=0.9, time_limit_s=120, wait_s=120)
+    converging = client.post("/v1/solve", json=request)
+    assert converging.status_code == 200, converging.text
+    assert converging.json()["solve_time_s"] < 60 and "stopped when converged" in converging.json()["log"][-1]
+    job = client.get(converging.headers["Content-Location"]).json()
+    assert job["convergence"] == {"window_s": 2.0, "tolerance": 0.0025}
+    to_the_limit = client.post("/v1/solve", json={**request, "time_limit_s": 3, "convergence": None})
+    assert to_the_limit.status_code == 200, to_the_limit.text
+    assert to_the_limit.json()["solve_time_s"] >= 3
+    assert not any("stopped when converged" in line for line in to_the_limit.json()["log"])
+    assert client.get(to_the_limit.headers["Content-Location"]).json()["convergence"] is None
+
+
 def test_an_unknown_option_is_a_422_naming_it(client: TestClient):
     r = client.post("/v1/solve", json=_request(chain(3), strategy="checkmate", options={"path": "milp", "rouns": 2}))
     assert r.status_code == 422 and r.json()["field"] == "options"
@@ -140,6 +155,9 @@ BAD_REQUESTS = {
     "unknown field": ({"budget_ration": 0.5}, 422, "budget_ration"),
     "graph missing": ({"graph": None}, 422, "graph"),
     "unknown option": ({"strategy": "chen-greedy", "options": {"rounds": 3}}, 422, "options"),
+    "tolerance of one": ({"convergence": {"window_s": 2, "tolerance": 1}}, 422, "convergence.tolerance"),
+    "window of zero": ({"convergence": {"window_s": 0}}, 422, "convergence.window_s"),
+    "convergence of a number": ({"convergence": 2}, 422, "convergence"),
     "option of a list": ({"strategy": "chen-greedy", "options": {"segment_budget": [1]}}, 422, None),
 }
 
