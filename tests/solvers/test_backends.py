@@ -96,7 +96,7 @@ class HardInstanceConformance(BackendConformance):
         timer.start()
         try:
             result = solve(g, budget_ratio=0.9, strategy="checkmate", backend=self.backend, time_limit_s=300,
-                           stop_event=stop)
+                           stop_event=stop, convergence=None)
         finally:
             timer.cancel()
         assert result.status is ResultStatus.CANCELLED
@@ -106,7 +106,8 @@ class HardInstanceConformance(BackendConformance):
 
     def test_timeout_returns_the_incumbent_or_the_fallback(self) -> None:
         g = benchmark_graph("rl100")
-        result = solve(g, budget_ratio=0.9, strategy="checkmate", backend=self.backend, time_limit_s=5)
+        result = solve(g, budget_ratio=0.9, strategy="checkmate", backend=self.backend, time_limit_s=5,
+                       convergence=None)
         assert result.status in (ResultStatus.FEASIBLE, ResultStatus.OPTIMAL)
         assert result.fits
         assert result.solve_time_s < 5 + 15.0
