@@ -85,7 +85,7 @@ def _timing(paths: list[str], strategies: list[str], ratios: list[float], before
     after (the installed sources) and, with ``before``, on that revision's sources, measured one after
     the other."""
     with tempfile.TemporaryDirectory() as scratch:
-        trees = {"after": None} if before is None else {"before": _source_tree(before, Path(scratch)), "after": None}
+        trees = {"after": None} if before is None else {"before": source_tree(before, Path(scratch)), "after": None}
         labels = list(trees)
         head = ["graph", "nodes", "strategy", "ratio", "status"]
         head += [f"{label}: {what}" for label in labels for what in ("wall / CPU (s)", "peak RSS (MB)")]
@@ -162,7 +162,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
-def _source_tree(rev: str, into: Path) -> Path:
+def source_tree(rev: str, into: Path) -> Path:
     """remat's packages as of git revision ``rev``, laid out under ``into`` to be imported with PYTHONPATH."""
     for package in PACKAGES:
         target = into / "remat" / package
