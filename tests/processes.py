@@ -140,7 +140,7 @@ def cancel_when_running(client, store, graph, strategy: str, *, ready=None):  # 
     Returns (the final job, the solver's pid) once the job has ended and its solver process is gone;
     AssertionError otherwise.
     """
-    job = client.submit(graph, budget_ratio=0.5, strategy=strategy, time_limit_s=300)
+    job = client.submit(graph, budget_ratio=0.5, strategy=strategy, time_limit_s=300, convergence=None)
     pid = wait_until(lambda: store.get(job["id"], with_result=False).solver_pid, timeout_s=30)
     wait_until(lambda: ready is None or ready(client.job(job["id"])), timeout_s=120, interval_s=0.2)
     time.sleep(1.0)

@@ -82,7 +82,8 @@ def test_a_refusal_for_lack_of_room_is_tried_again_after_its_retry_after(tmp_pat
     try:
         url = procs.server("--slots", "1").url
         with Client(url, retry_s=0) as impatient, Client(url, retry_s=30) as patient:
-            busy = impatient.submit(chain(900), budget_ratio=0.5, strategy="checkmate", time_limit_s=300)
+            busy = impatient.submit(chain(900), budget_ratio=0.5, strategy="checkmate", time_limit_s=300,
+                                    convergence=None)
             with pytest.raises(ServiceError) as refused:
                 impatient.submit(chain(5), budget_ratio=1.0, strategy="checkpoint-all")
             assert refused.value.status == 429

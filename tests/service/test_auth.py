@@ -77,7 +77,8 @@ def test_a_sweep_is_refused_for_a_full_queue(settings: Settings):
     tight = Settings.model_validate({**settings.model_dump(), "max_queued_jobs": 1, "max_sweep_points": 1, "slots": 1})
     with TestClient(create_app(tight), raise_server_exceptions=False) as c:
         busy = c.post("/v1/solve", json={**_body(3), "graph": benchmark_graph("rl500").to_json(),
-                                         "budget_ratio": 0.8, "strategy": "checkmate", "time_limit_s": 30}).json()
+                                         "budget_ratio": 0.8, "strategy": "checkmate", "time_limit_s": 30,
+                                         "convergence": None}).json()
         wait_until(lambda: c.get(f"/v1/jobs/{busy['id']}").json()["status"] == "running")
         assert c.post("/v1/solve", json=_body(401)).status_code == 202  # waits behind it: the queue is full
         r = c.post("/v1/sweeps", json={"graph": chain(8).to_json(), "strategies": ["checkpoint-all"],

@@ -61,7 +61,7 @@ def test_a_restart_loses_no_job_queued_or_running(processes: Processes):
 def test_a_graceful_stop_puts_the_running_job_back_without_counting_the_attempt(processes: Processes):
     server = processes.server("--slots", "1")
     with Client(server.url) as client:  # a checkmate search runs to its limit: still running when the server stops
-        job = client.submit(chain(700), budget_ratio=0.3, strategy="checkmate", time_limit_s=10)
+        job = client.submit(chain(700), budget_ratio=0.3, strategy="checkmate", time_limit_s=10, convergence=None)
     store = SqliteStore(processes.tmp_path / "data" / "jobs.sqlite3")
     pid = wait_until(lambda: store.get(job["id"], with_result=False).solver_pid)
     server.stop()

@@ -128,7 +128,8 @@ def test_cancel_keeps_the_best_plan_and_leaves_no_helper_behind() -> None:
     before = children()
     stop = Stop()
     threading.Timer(3.0, stop.set).start()
-    result = solve(g, budget_ratio=0.8, strategy="checkmate", time_limit_s=600, threads=3, stop_event=stop)
+    result = solve(g, budget_ratio=0.8, strategy="checkmate", time_limit_s=600, threads=3, stop_event=stop,
+                   convergence=None)
     assert result.status is ResultStatus.CANCELLED
     assert result.peak_memory is not None and result.peak_memory <= result.budget
     assert result.solve_time_s < 60
