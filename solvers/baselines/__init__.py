@@ -7,7 +7,7 @@ composed from it (:mod:`remat.solvers._registry`).
 
 from ._articulation import articulation_points, check_articulation_points
 from ._best import best_baseline
-from ._checkpoint import checkpoint_all, checkpoint_last, checkpoint_last_schedule
+from ._checkpoint import LARGEST_PLAN, checkpoint_all, checkpoint_last, checkpoint_last_schedule
 from ._chen import (
     SEGMENT_BUDGET,
     ap_greedy,
@@ -26,6 +26,7 @@ from ._table import BASELINES
 __all__ = [
     "BASELINES",
     "EXHAUSTIVE_LIMIT",
+    "LARGEST_PLAN",
     "SEGMENT_BUDGET",
     "SNAPSHOTS",
     "TRIAL_LIMIT",

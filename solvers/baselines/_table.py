@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._strategy import Strategy, check_chain, check_training_graph
 from ._articulation import check_articulation_points
-from ._checkpoint import checkpoint_all, checkpoint_last
+from ._checkpoint import check_checkpoint_last, checkpoint_all, checkpoint_last
 from ._chen import SEGMENT_BUDGET, ap_greedy, ap_sqrtn, linearized_greedy, linearized_sqrtn
 from ._griewank import SNAPSHOTS, griewank
 
@@ -17,7 +17,7 @@ __all__ = ["BASELINES"]
 BASELINES: tuple[Strategy, ...] = (
     Strategy("checkpoint-all", "No rematerialization: every value kept until its last use.", checkpoint_all),
     Strategy("checkpoint-last", "Minimum-memory baseline: keep only the newest value, recompute the rest.",
-             checkpoint_last),
+             checkpoint_last, check=check_checkpoint_last),
     Strategy("chen-sqrtn", "Chen et al.'s sqrt(n) checkpoints on a chain; each segment recomputed once.",
              linearized_sqrtn, check=check_chain),
     Strategy("chen-greedy", "Chen et al.'s greedy segments on a chain; segment budget searched for the best fit.",

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from remat.schedules import InvalidRequest, StrategyNotApplicable, recompute_closure, simulate
 from remat.solvers import BASELINES as BASELINE_STRATEGIES
 from remat.solvers import STRATEGIES, StrategyKind, solve
+from remat.solvers.baselines import _checkpoint as checkpoint
 from remat.solvers.baselines import checkpoint_last_schedule
 from remat.solvers.offload import OFFLOAD_BASELINES
 
@@ -94,3 +95,13 @@ def test_checkpoint_last_computes_the_closure_of_holding_the_newest_value(g):
     for t in range(n - 1):
         S[t + 1, t] = g.last_use[t] > t
     assert np.array_equal(schedule.S, S) and np.array_equal(schedule.R, recompute_closure(g, S))
+
+
+def test_checkpoint_last_is_refused_where_its_plan_would_pass_the_largest_it_makes(monkeypatch):
+    g = benchmark_graph("rl100")
+    computes = checkpoint_last_schedule(g).compute_count
+    monkeypatch.setattr(checkpoint, "LARGEST_PLAN", computes)
+    assert solve(g, budget_ratio=1.0, strategy="checkpoint-last").schedule.compute_count == computes
+    monkeypatch.setattr(checkpoint, "LARGEST_PLAN", computes - 1)
+    with pytest.raises(StrategyNotApplicable, match=f"its plan would compute {computes:,} values"):
+        solve(g, budget_ratio=1.0, strategy="checkpoint-last")
