@@ -20,13 +20,14 @@ __all__ = ["SOLVERS", "STRATEGIES", "get_strategy"]
 SOLVERS: tuple[Strategy, ...] = (
     Strategy("checkmate", "Optimal MILP of the Checkmate paper, warm-started from the best baseline.",
              checkmate_or_offload, kind=StrategyKind.MILP, backends=tuple(BACKENDS), offload_option="offload",
+             anytime=True,
              options={**OPTIONS, "offload": "true to also move values to host memory, as checkmate-offload does "
                                             "(needs 'transfer')"}),
     Strategy("checkmate-lp", "LP relaxation with two-phase rounding; its LP value is a lower bound.", checkmate_lp,
              kind=StrategyKind.LP, backends=tuple(name for name, b in BACKENDS.items() if b.lp), options=LP_OPTIONS),
     Strategy("checkmate-offload", "Keep, recompute or offload each value: the best of remat only, the offload "
              "baselines, remat plans moved down to the budget, and a joint MILP on small graphs.", checkmate_offload,
-             kind=StrategyKind.MILP, backends=tuple(BACKENDS), options=JOINT_OPTIONS, offloads=True),
+             kind=StrategyKind.MILP, backends=tuple(BACKENDS), options=JOINT_OPTIONS, offloads=True, anytime=True),
 )
 """The strategies that solve on a backend, after the baselines in the registry."""
 

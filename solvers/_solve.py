@@ -70,7 +70,8 @@ def solve(
     The solve runs until its strategy ends, it proves its plan optimal, ``stop_event`` is set (a
     cancel, or :meth:`Stop.request` with another reason), its best plan stops improving by the
     ``convergence`` rule (by default: by less than 0.25 % in 2 s; ``None`` runs to the limit) or
-    ``time_limit_s`` passes.
+    ``time_limit_s`` passes. The convergence rule stops only anytime searches (``checkmate``,
+    ``checkmate-offload``); the other strategies end by themselves.
 
     Raises InvalidRequest, UnknownStrategy or StrategyNotApplicable for requests that cannot run;
     everything that happens once the strategy runs is reported in the Result's status.
@@ -97,7 +98,7 @@ def solve(
         stop_event=stop_event or Stop(),
         on_progress=on_progress,
         started=started,
-        convergence=convergence,
+        convergence=convergence if strat.anytime else None,
         transfer=transfer,
         host_budget=host_budget,
     )

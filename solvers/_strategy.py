@@ -80,7 +80,8 @@ class Strategy:
     names the parameter a heuristic searches (an option that pins it); ``options`` describes the
     other options it reads from ``ctx.options``; ``offloads`` says its plans copy values to host
     memory, so it needs transfer parameters; ``offload_option`` names an option that, set to true, makes
-    it offload (``checkmate``'s ``offload``).
+    it offload (``checkmate``'s ``offload``); ``anytime`` says it improves its plan until stopped, so a
+    solve's convergence rule may stop it (the others end by themselves, or at the time limit).
     """
 
     name: str
@@ -93,6 +94,7 @@ class Strategy:
     options: Mapping[str, str] = field(default_factory=dict, hash=False)
     offloads: bool = False
     offload_option: str | None = None
+    anytime: bool = False
 
     def offloads_with(self, options: Mapping[str, Any] | None = None) -> bool:
         """Whether this strategy, with ``options``, copies values to host memory.

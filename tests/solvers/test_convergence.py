@@ -7,7 +7,7 @@ import time
 
 from factories import benchmark_graph
 
-from remat.solvers import Convergence, ResultStatus, Stop, solve
+from remat.solvers import STRATEGIES, Convergence, ResultStatus, Stop, solve
 
 
 def test_the_rule_looks_at_the_improvement_over_its_window() -> None:
@@ -49,3 +49,11 @@ def test_a_solve_stops_when_converged_unless_told_to_run_to_its_limit() -> None:
     assert time.monotonic() - started >= 4
     assert to_the_limit.status is ResultStatus.FEASIBLE
     assert not any("stopped when converged" in line for line in to_the_limit.log)
+
+
+def test_only_anytime_searches_stop_when_converged() -> None:
+    # A rule that any pause satisfies would stop checkmate-lp while its LP solves, before any rounding.
+    eager = Convergence(window_s=0.01, tolerance=0.5)
+    assert [s.name for s in STRATEGIES.values() if s.anytime] == ["checkmate", "checkmate-offload"]
+    result = solve(benchmark_graph("fcn8"), budget_ratio=0.8, strategy="checkmate-lp", convergence=eager)
+    assert result.fallback is None and not any("stopped when converged" in line for line in result.log)
