@@ -1,33 +1,37 @@
 """A lower bound on cost for the fixed-order problem, from a relaxation small enough for 1,000 nodes.
 
 Look at the moment right after node t is first computed (the end of stage t). Its deps and t
-are resident then. Every other value v made before t and read after t (``t < last_use(v)``) is
-either resident too, or it is not, and then v must be computed again before its next read. So:
+are resident then. Every other value v made before t and needed after t is either resident too,
+or it is not, and then v must be computed again before it is needed. v is needed until its
+*horizon*: its last read, or later while one of its readers may be computed again (that reader's
+horizon). So:
 
 - memory: for every stage t, ``fixed + m_t + sum of m over deps(t) + sum of m_v x[v, t] <= budget``,
   where ``x[v, t] = 1`` when v is resident at that moment;
-- cost: each maximal run of stages where v is not resident ends with a computation of v in a
-  stage of its own, so cost >= base cost + sum over v of ``c_v * (number of such runs)``.
+- cost: each maximal run of stages where v is not resident ends with a computation of v,
+  so cost >= base cost + sum over v of ``c_v * (number of such runs)``;
+- dependencies: computing v again needs each dep u of v then: resident at the end of u's last
+  stage with a variable before, or computed again since. Without these rows, dropping a softmax
+  whose scores were not kept cost only the softmax (the 12-block GPT at 0.5: 8.6 %, plans 14 %);
+  with them it costs the chain back to a value that is kept (13.4 %).
 
 Minimizing that cost subject to those rows is a relaxation (it ignores the memory a recomputation
-needs and everything kept past its last read), so its optimum, and the LP optimum below it, are
-lower bounds on the cost of every schedule that fits. It has one variable pair per (value, stage
-it lives across): about 190,000 on a 1,000-node random graph, where the Checkmate MILP has
-millions. It is tight on layer graphs (ResNet-50) and loose where recomputing needs long chains
-(random layered graphs). It is solved by the HiGHS backend in process (the engine-neutral model of
-:mod:`remat.solvers.backends`), so it runs in a process without OR-Tools.
+needs beyond the values it reads), so its optimum, and the LP optimum below it, are lower bounds on
+the cost of every schedule that fits. It has one variable pair per (value, stage it may be needed
+across), where the Checkmate MILP has millions. It is solved by the HiGHS backend in process (the
+engine-neutral model of :mod:`remat.solvers.backends`), so it runs in a process without OR-Tools.
 
-Two reductions keep it small. A stage where everything that may be resident fits has a row that
-cannot bind: it is left out, and so are its pairs (v is then free to stay, so a run of v's absence
-spans only stages with rows, and it is forced to end where v is read in between); the optimum is
-unchanged. Keeping only the rows of the ``stages`` most overloaded stages relaxes further: the
-bound is weaker or equal, found much faster (on a 1,635-node LSTM at 0.6 of its peak, the 64 most
-overloaded stages give the whole LP's value in 1 s, where the whole LP takes over a minute).
+Only stages whose row can bind get rows and pairs, and of those only the ``stages`` most overloaded
+when asked: a pair then stands for v's state until its next pair, and a recomputation anywhere in
+that span needs the dep once. Each choice of stages gives a valid bound; fewer stages give a smaller
+model and often a higher LP value, because the dependency rows bind harder over longer spans (the
+GPT above: 13.4 % from 16 stages, 8.6 % from all 411), and more stages can give more (random
+layered graphs), so callers try several.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from typing import NamedTuple
 
 import numpy as np
 
@@ -68,11 +72,12 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
 
     The LP drops a quarter of a across stage c; the MIP must drop all of it, one more computation.
     """
-    model = _Relaxation(graph, budget, stages)
-    if model.columns == 0:
+    pairs = _Pairs.of(graph, budget, stages)
+    if pairs.owner.size == 0:
         return graph.base_cost
-    if max_columns is not None and model.columns > max_columns:
+    if max_columns is not None and 2 * pairs.owner.size > max_columns:
         return None
+    model = _Relaxation(graph, budget, pairs)
     limits = Limits(time_limit_s=max(float(time_limit_s), 0.01), mip_gap=DEFAULT_MIP_GAP, threads=1)
     result = get_backend("highs").solve(model.milp(integral=integral), limits, lambda _: None)
     if result.bound is None or not np.isfinite(result.bound):
@@ -88,56 +93,41 @@ def overloaded_stages(graph: Graph, budget: int) -> int:
 class _Relaxation:
     """The relaxation's matrix (row-wise), with costs in units of their mean and memory in units of the largest size.
 
-    Columns come in pairs per (value v, stage t it lives across): ``x`` (resident at the end of
-    stage t) and ``y`` (v is computed again in stage t + 1 after being dropped at t). Rows: one
-    memory row per stage, then one row per pair, ``y - x[t + 1] + x[t] >= 0`` (or
-    ``y + x[t] >= 1`` when stage t + 1 reads v). Values of size 0 or cost 0 need no variables.
-    Only the stages whose row can bind (at most ``stages`` of them, the most overloaded) get pairs;
-    then the pair after (v, t) is v's next pair, and the row is forced when v is read before it.
+    Columns come in pairs per (value v, stage t it may be needed across): ``x`` (resident at the end of
+    stage t) and ``y`` (v is computed again after t, by its next pair's stage). Rows: one memory row
+    per stage; per pair, ``y - x[t + 1] + x[t] >= 0`` (or ``y + x[t] >= 1`` when v is read before
+    its next pair); per pair and dep u of v, ``x[u, t_u] + y[u, p...] - y >= 0``: computing v again
+    needs u then, resident since u's last pair t_u <= t or computed again since (the y of u's pairs
+    from t_u until v's next pair). Values of size 0 need no variables (they may as well stay).
+    Only the stages whose row can bind (at most ``stages`` of them, the most overloaded) get pairs.
     """
 
-    def __init__(self, graph: Graph, budget: int, stages: int | None = None) -> None:
+    def __init__(self, graph: Graph, budget: int, pairs: _Pairs) -> None:
         n = graph.size
         mem = graph.memory.astype(np.float64)
         cost = graph.cost
         scale = max(float(mem.max()), 1.0)
         positive = cost[cost > 0]
         self.cost_unit = float(positive.mean()) if positive.size else 1.0
-        room = _room(graph, budget)
-        lives = _lives(graph)
-        overload = _overload(graph, budget, lives)
-        rowed = overload > 0
-        if stages is not None and stages < int(rowed.sum()):
-            rowed[:] = False
-            rowed[np.argsort(-overload, kind="stable")[:stages]] = True
-        owners: list[int] = []
-        at: list[int] = []
-        forced_next: list[bool] = []
-        for v, users in lives:
-            reads = set(users)
-            kept = [t for t in range(v + 1, users[-1]) if rowed[t] and t not in reads]
-            for i, t in enumerate(kept):
-                owners.append(v)
-                at.append(t)
-                following = kept[i + 1] if i + 1 < len(kept) else users[-1]
-                forced_next.append(users[bisect_right(users, t)] <= following)
-        pairs = len(owners)
-        self.columns = 2 * pairs
-        self.rows = n + pairs
-        owner = np.asarray(owners, dtype=np.int64)
-        stage = np.asarray(at, dtype=np.int64)
-        forced = np.asarray(forced_next, dtype=bool)
-        self.objective = np.concatenate([np.zeros(pairs), cost[owner] / self.cost_unit])
-        pair_rows = n + np.arange(pairs)
-        self.row_lower = np.concatenate([np.full(n, -np.inf), np.where(forced, 1.0, 0.0)])
-        self.row_upper = np.concatenate([room / scale, np.full(pairs, np.inf)])
-        x = np.arange(pairs)
-        y = pairs + x
-        # Unless forced, the pair after (v, t) is v's next pair, listed right after it.
-        follower = np.flatnonzero(~forced)
-        rows = np.concatenate([stage, pair_rows, pair_rows, pair_rows[follower]])
-        cols = np.concatenate([x, x, y, x[follower] + 1])
-        vals = np.concatenate([mem[owner] / scale, np.ones(pairs), np.ones(pairs), -np.ones(follower.size)])
+        count = pairs.owner.size
+        pair, xu, yu = _dependency_rows(graph, pairs)
+        needs = pair.size
+        self.columns = 2 * count
+        self.rows = n + count + needs
+        self.objective = np.concatenate([np.zeros(count), cost[pairs.owner] / self.cost_unit])
+        pair_rows = n + np.arange(count)
+        self.row_lower = np.concatenate([np.full(n, -np.inf), np.where(pairs.forced, 1.0, 0.0), np.zeros(needs)])
+        self.row_upper = np.concatenate([_room(graph, budget) / scale, np.full(count + needs, np.inf)])
+        x = np.arange(count)
+        y = count + x
+        # Unless forced, or the last of v's, the pair after (v, t) is v's next pair, listed right after it.
+        follower = np.flatnonzero(~pairs.forced & ~pairs.last)
+        need_rows = n + count + np.arange(needs)
+        rows = np.concatenate([pairs.stage, pair_rows, pair_rows, pair_rows[follower], need_rows, need_rows,
+                               need_rows[yu[0]]])
+        cols = np.concatenate([x, x, y, x[follower] + 1, count + pair, xu, count + yu[1]])
+        vals = np.concatenate([mem[pairs.owner] / scale, np.ones(2 * count), -np.ones(follower.size),
+                               -np.ones(needs), np.ones(needs + yu[1].size)])
         order = np.lexsort((cols, rows))
         self.row_index = cols[order]
         self.row_value = vals[order]
@@ -153,9 +143,99 @@ class _Relaxation:
         )
 
 
+class _Pairs(NamedTuple):
+    """The (value, stage) pairs of the relaxation, grouped by value in stage order: ``until`` is the
+    stage of the value's next pair (or its horizon), ``forced`` says the value is read by then,
+    ``last`` marks a value's last pair; ``first`` gives the index of each value's first pair, -1 if none."""
+
+    owner: np.ndarray
+    stage: np.ndarray
+    until: np.ndarray
+    forced: np.ndarray
+    last: np.ndarray
+    first: np.ndarray
+
+    @classmethod
+    def of(cls, graph: Graph, budget: int, stages: int | None) -> _Pairs:
+        """Pairs at the stages whose row can bind (at most ``stages`` of them, the most overloaded), for each
+        value it may be needed across and is not read at."""
+        lives = _lives(graph)
+        overload = _overload(graph, budget, lives)
+        rowed = overload > 0
+        if stages is not None and stages < int(rowed.sum()):
+            rowed[:] = False
+            rowed[np.argsort(-overload, kind="stable")[:stages]] = True
+        rowed_stages = np.flatnonzero(rowed)
+        horizon = _horizons(graph, lives)
+        first = np.full(graph.size, -1, dtype=np.int64)
+        parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        total = 0
+        for v, users in lives:
+            span = rowed_stages[np.searchsorted(rowed_stages, v, side="right"):
+                                np.searchsorted(rowed_stages, horizon[v])]
+            reads = np.asarray(users, dtype=np.int64)
+            kept = span[~np.isin(span, reads)] if span.size else span
+            if kept.size == 0:
+                continue
+            until = np.append(kept[1:], horizon[v])
+            nxt = np.searchsorted(reads, kept, side="right")
+            forced = (nxt < reads.size) & (reads[np.minimum(nxt, reads.size - 1)] <= until)
+            first[v] = total
+            total += kept.size
+            parts.append((v, kept, until, forced))
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, empty, empty.astype(bool), empty.astype(bool), first)
+        sizes = [kept.size for _, kept, _, _ in parts]
+        last = np.zeros(total, dtype=bool)
+        last[np.cumsum(sizes) - 1] = True
+        return cls(np.repeat([v for v, *_ in parts], sizes).astype(np.int64),
+                   np.concatenate([kept for _, kept, _, _ in parts]),
+                   np.concatenate([until for *_, until, _ in parts]),
+                   np.concatenate([forced for *_, forced in parts]), last, first)
+
+
+def _dependency_rows(graph: Graph, pairs: _Pairs) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Per (pair of v at t, dep u of v with a pair at or before t): the pair, the x of u's last pair t_u <= t,
+    and (row number, y column) for u's pairs from t_u until v's next pair."""
+    first, counts = pairs.first, np.bincount(pairs.owner, minlength=graph.size)
+    pair_parts, x_parts, begin_parts, end_parts = [], [], [], []
+    for v in np.flatnonzero(first >= 0).tolist():
+        own = slice(first[v], first[v] + counts[v])
+        t, until = pairs.stage[own], pairs.until[own]
+        for u in graph.deps[v]:
+            if first[u] < 0:
+                continue  # of size 0, or never held across a rowed stage: resident as far as this relaxation knows
+            theirs = pairs.stage[first[u]:first[u] + counts[u]]
+            last = np.searchsorted(theirs, t, side="right") - 1
+            ok = last >= 0
+            stop = np.searchsorted(theirs, until[ok])
+            pair_parts.append(np.arange(own.start, own.stop)[ok])
+            x_parts.append(first[u] + last[ok])
+            begin_parts.append(first[u] + last[ok])
+            end_parts.append(first[u] + stop)
+    if not pair_parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, (empty, empty)
+    begin, end = np.concatenate(begin_parts), np.concatenate(end_parts)
+    widths = end - begin
+    row = np.repeat(np.arange(begin.size), widths)
+    offset = np.arange(row.size) - np.repeat(np.cumsum(widths) - widths, widths)
+    return np.concatenate(pair_parts), np.concatenate(x_parts), (row, begin[row] + offset)
+
+
 def _lives(graph: Graph) -> list[tuple[int, tuple[int, ...]]]:
-    """The values that get variables, with their readers: read at all, of some size and some cost."""
-    return [(v, users) for v, users in enumerate(graph.users) if users and graph.memory[v] > 0 and graph.cost[v] > 0]
+    """The values that get variables, with their readers: read at all and of some size."""
+    return [(v, users) for v, users in enumerate(graph.users) if users and graph.memory[v] > 0]
+
+
+def _horizons(graph: Graph, lives: list[tuple[int, tuple[int, ...]]]) -> dict[int, int]:
+    """Per value, the last stage that may need it: its last read, or later where one of its readers may be
+    computed again (up to that reader's own horizon)."""
+    horizon: dict[int, int] = {}
+    for v, users in reversed(lives):
+        horizon[v] = max([users[-1], *(horizon[w] for w in users if w in horizon)])
+    return horizon
 
 
 def _overload(graph: Graph, budget: int, lives: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:

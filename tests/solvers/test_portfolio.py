@@ -79,14 +79,25 @@ def test_the_documented_bounds_of_a_four_node_graph() -> None:
     assert stage_optima(g, [7]) == [5.0]
 
 
-def test_the_lp_bounds_climb_to_the_value_of_the_whole_relaxation() -> None:
-    # rl500 at 0.6: 64 stages bound less than all; the last LP, over every stage whose row can bind,
-    # has the value the relaxation had with a row for every stage (solved before rows were left out).
+def test_the_lp_bounds_rise_over_the_rungs_and_count_what_recomputing_needs() -> None:
+    # rl500 at 0.6: the LP over every stage whose row can bind gave 4.79 % before the rows for what
+    # recomputing a value needs; 4 and 16 stages now give 8.3 and 10.4 % (plans: 62 %).
     g = benchmark_graph("rl500")
-    messages = helper_messages(g.to_json(), resolve_budget(g, budget_ratio=0.6), ("bound",), explained=1.0)
+    messages = helper_messages(g.to_json(), resolve_budget(g, budget_ratio=0.6), ("bound",), time_limit_s=10,
+                               explained=1.0)
     lps = [(how, value) for kind, value, how in messages if kind == "bound"]
-    assert [how for how, _ in lps] == [f"retention LP, {rows} stages" for rows in ("64", "256", "all")]
-    assert lps[0][1] < lps[1][1] < lps[2][1] == pytest.approx(267537.04557, rel=1e-9)
+    assert [how for how, _ in lps[:2]] == ["retention LP, 4 stages", "retention LP, 16 stages"]
+    assert [value for _, value in lps] == sorted({value for _, value in lps})
+    assert lps[-1][1] > 1.1 * g.base_cost
+
+
+def test_on_the_12_block_gpt_at_half_its_peak_the_bound_counts_recomputation_chains() -> None:
+    # Dropping the attention probabilities means computing the scores again too (they were not kept):
+    # the relaxation that charged only the probabilities bounded 8.6 %; plans reach 14 %.
+    g = benchmark_graph("captured/gpt-12")
+    messages = helper_messages(g.to_json(), resolve_budget(g, budget_ratio=0.5), ("bound",), time_limit_s=10,
+                               explained=1.0)
+    assert max(value for kind, value, _ in messages if kind == "bound") > 1.13 * g.base_cost
 
 
 def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:
