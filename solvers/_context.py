@@ -76,7 +76,8 @@ class Convergence:
 
     An interactive caller would rather have a plan within a fraction of a percent of the last one
     now than wait out the limit for it; a proved optimum stops a solve sooner still. Every entry
-    point stops by this rule unless told otherwise (``convergence=None``: run to the limit).
+    point stops an anytime search (``Strategy.anytime``) by this rule unless told otherwise
+    (``convergence=None``: run to the limit).
 
     >>> rule = Convergence(window_s=2.0, tolerance=0.01)
     >>> rule.reached([(0.1, 100.0), (1.5, 99.5)], now=3.0)      # 0.5 % better since t = 1.0 s

@@ -110,7 +110,7 @@ class _Relaxation:
         positive = cost[cost > 0]
         self.cost_unit = float(positive.mean()) if positive.size else 1.0
         count = pairs.owner.size
-        pair, xu, yu = _dependency_rows(graph, pairs)
+        pair, since, term_row, term_pair = _dependency_rows(graph, pairs)
         needs = pair.size
         self.columns = 2 * count
         self.rows = n + count + needs
@@ -124,10 +124,10 @@ class _Relaxation:
         follower = np.flatnonzero(~pairs.forced & ~pairs.last)
         need_rows = n + count + np.arange(needs)
         rows = np.concatenate([pairs.stage, pair_rows, pair_rows, pair_rows[follower], need_rows, need_rows,
-                               need_rows[yu[0]]])
-        cols = np.concatenate([x, x, y, x[follower] + 1, count + pair, xu, count + yu[1]])
+                               need_rows[term_row]])
+        cols = np.concatenate([x, x, y, x[follower] + 1, count + pair, since, count + term_pair])
         vals = np.concatenate([mem[pairs.owner] / scale, np.ones(2 * count), -np.ones(follower.size),
-                               -np.ones(needs), np.ones(needs + yu[1].size)])
+                               -np.ones(needs), np.ones(needs + term_pair.size)])
         order = np.lexsort((cols, rows))
         self.row_index = cols[order]
         self.row_value = vals[order]
@@ -195,11 +195,11 @@ class _Pairs(NamedTuple):
                    np.concatenate([forced for *_, forced in parts]), last, first)
 
 
-def _dependency_rows(graph: Graph, pairs: _Pairs) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Per (pair of v at t, dep u of v with a pair at or before t): the pair, the x of u's last pair t_u <= t,
-    and (row number, y column) for u's pairs from t_u until v's next pair."""
+def _dependency_rows(graph: Graph, pairs: _Pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One row per (pair of v at t, dep u of v with a pair at or before t): the pair, u's last pair t_u <= t
+    (its x term), and per y term the row and u's pair it stands for: u's pairs from t_u until v's next pair."""
     first, counts = pairs.first, np.bincount(pairs.owner, minlength=graph.size)
-    pair_parts, x_parts, begin_parts, end_parts = [], [], [], []
+    pair_parts, since_parts, end_parts = [], [], []
     for v in np.flatnonzero(first >= 0).tolist():
         own = slice(first[v], first[v] + counts[v])
         t, until = pairs.stage[own], pairs.until[own]
@@ -209,19 +209,17 @@ def _dependency_rows(graph: Graph, pairs: _Pairs) -> tuple[np.ndarray, np.ndarra
             theirs = pairs.stage[first[u]:first[u] + counts[u]]
             last = np.searchsorted(theirs, t, side="right") - 1
             ok = last >= 0
-            stop = np.searchsorted(theirs, until[ok])
             pair_parts.append(np.arange(own.start, own.stop)[ok])
-            x_parts.append(first[u] + last[ok])
-            begin_parts.append(first[u] + last[ok])
-            end_parts.append(first[u] + stop)
+            since_parts.append(first[u] + last[ok])
+            end_parts.append(first[u] + np.searchsorted(theirs, until[ok]))
     if not pair_parts:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, (empty, empty)
-    begin, end = np.concatenate(begin_parts), np.concatenate(end_parts)
-    widths = end - begin
-    row = np.repeat(np.arange(begin.size), widths)
-    offset = np.arange(row.size) - np.repeat(np.cumsum(widths) - widths, widths)
-    return np.concatenate(pair_parts), np.concatenate(x_parts), (row, begin[row] + offset)
+        return empty, empty, empty, empty
+    since = np.concatenate(since_parts)
+    widths = np.concatenate(end_parts) - since
+    term_row = np.repeat(np.arange(since.size), widths)
+    offset = np.arange(term_row.size) - np.repeat(np.cumsum(widths) - widths, widths)
+    return np.concatenate(pair_parts), since, term_row, since[term_row] + offset
 
 
 def _lives(graph: Graph) -> list[tuple[int, tuple[int, ...]]]:
