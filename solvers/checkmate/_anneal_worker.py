@@ -7,10 +7,10 @@ runs the tasks and writes what they find as frames to the original stdout:
 - ``bound``: first, while no plan is known (no baseline fits and the parent has told of none),
   ``("infeasible", first, last)`` if :mod:`._windows` proves (within :data:`WINDOW_SHARE` of the
   time limit) that no schedule fits stages first to last, which ends the task; then
-  ``("bound", value, how)`` for the LP bounds of :mod:`._bound` over more and more stages
-  (:data:`LP_ROWS`, within :data:`LP_SHARE` of the time limit, up to :data:`LP_COLUMNS`), then, when
-  the relaxation is small enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound accounts for the share
-  ``explained`` of the best plan's overhead (0: at once; the parent asks for
+  ``("bound", value, how)`` for the LP bounds of :mod:`remat.solvers.bounds` over more and more
+  stages (:data:`LP_ROWS`, within :data:`LP_SHARE` of the time limit, up to :data:`LP_COLUMNS`), then,
+  when the relaxation is small enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound
+  accounts for the share ``explained`` of the best plan's overhead (0: at once; the parent asks for
   :data:`MIP_WHEN_EXPLAINED`);
 - ``anneal``: ``("best", cost, extras)`` for each new best of an annealing chain.
 
