@@ -5,7 +5,7 @@ second or so). Helper processes, one per further thread (at least one), run in p
 
 - the first runs the baselines (the best becomes the fallback, and the start of any chain that has
   found nothing that fits yet), then, when none fits a budget near the memory floor, tries to prove
-  that nothing does (:mod:`._windows`), then the lower bound of :mod:`._bound` (LP, then MIP while
+  that nothing does (:mod:`._windows`), then the lower bound of :mod:`remat.solvers.bounds` (LP, then MIP while
   time allows; highspy stays out of the solve process), then a chain of its own;
 - the others run chains with other seeds.
 
