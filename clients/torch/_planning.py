@@ -23,6 +23,7 @@ from remat.schedules import (
     Op,
     Plan,
     Simulation,
+    StrategyNotApplicable,
     Transfer,
     format_size,
     parse_size,
@@ -190,11 +191,16 @@ class Planner:
 
         It is the answer when it fits; otherwise the strategy's result is kept, with the smallest
         budget a plan reached (this baseline's peak, or the strategy's own plan's) under ``smallest_peak``.
+        On graphs too large for the baseline (:data:`remat.solvers.baselines.LARGEST_PLAN`) only the
+        strategy's own plan counts.
         """
         from remat.solvers import solve
 
-        floor = solve(graph, budget=max(budget, graph.min_feasible_budget), strategy=MIN_FLOOR_STRATEGY).to_json()
-        if floor["status"] in FITTING_STATUSES:
+        try:
+            floor = solve(graph, budget=max(budget, graph.min_feasible_budget), strategy=MIN_FLOOR_STRATEGY).to_json()
+        except StrategyNotApplicable:  # too large a graph for it: the strategy's own plan is all there is
+            floor = {}
+        if floor.get("status") in FITTING_STATUSES:
             floor["log"] = [*failed.get("log", [])[-3:], f"{self.strategy} found no plan within the budget; "
                             f"{MIN_FLOOR_STRATEGY}'s plan fits", *floor.get("log", [])]
             return floor

@@ -228,6 +228,15 @@ def test_plans_that_do_not_fit_or_do_not_simulate_are_refused():
         rematerialize(model, inputs, loss_fn=loss_fn, result=broken)
 
 
+def test_on_graphs_too_large_for_the_leanest_baseline_the_refusal_quotes_the_strategys_own_plan(monkeypatch):
+    monkeypatch.setattr("remat.solvers.baselines._checkpoint.LARGEST_PLAN", 0)  # checkpoint-last declines
+    model, inputs, loss_fn = _made("mlp")
+    graph = export_graph(model, inputs, loss_fn=loss_fn)
+    with pytest.raises(PlanRejected, match=r"smallest budget a plan reached on this graph is .* \(checkpoint-all\); "
+                                           r"no plan can go below"):
+        rematerialize(model, inputs, budget=graph.min_feasible_budget, strategy="checkpoint-all", loss_fn=loss_fn)
+
+
 def test_a_budget_the_strategy_misses_gets_the_plan_of_the_leanest_baseline():
     model, inputs, loss_fn = _made("resnet")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
