@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from remat.schedules import Graph, plan_from_schedule, resolve_budget, simulate
 from remat.solvers import SolveContext, solve
 from remat.solvers.search import Annealer, Timeline, anneal, timeline_from_schedule
+from remat.solvers.search import _annealer
 
 
 def budgets_between(g: Graph) -> list[int]:
@@ -62,6 +63,36 @@ def test_every_best_it_announces_fits_and_costs_what_it_says() -> None:
         assert sim.peak_memory <= budget
         assert sim.cost == pytest.approx(cost)
     assert annealer.best_cost == pytest.approx(costs[-1])
+
+
+@pytest.mark.parametrize("total,first,lengths", [
+    (60.0, 8.0, [8.0, 16.0, 36.0]),  # the next (32 s) would not fit twice in the 36 s left
+    (5.0, 8.0, [5.0]),
+    (24.0, 8.0, [8.0, 16.0]),
+    (4000, 4000, [4000]),            # a run of max_moves cools once over them
+])
+def test_cooling_cycles_double_and_the_last_takes_what_is_left(total: float, first: float,
+                                                                lengths: list[float]) -> None:
+    assert list(_annealer._cycles(total, first)) == lengths
+
+
+def test_each_cooling_cycle_starts_from_the_best_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_annealer, "FIRST_CYCLE_S", 0.1)
+    g = benchmark_graph("rl100")
+    annealer = Annealer(g, resolve_budget(g, budget_ratio=0.8), seed=1)
+    restarts: list[float] = []
+
+    def adopt(extras: list[tuple[int, int]]) -> None:
+        Annealer.adopt(annealer, extras)
+        assert sorted(annealer.extras) == sorted(annealer.best or [])
+        restarts.append(annealer.tl.extra_cost)
+
+    monkeypatch.setattr(annealer, "adopt", adopt)
+    annealer.run(SolveContext(time_limit_s=2.0))
+    assert restarts and annealer.best_cost is not None
+    # each from the best so far, which only improves (the running total drifts by rounding)
+    assert all(later <= earlier + 1e-9 for earlier, later in zip(restarts, restarts[1:], strict=False))
+    assert restarts[-1] >= annealer.best_extra - 1e-9
 
 
 def test_a_baseline_start_keeps_its_cost_and_never_needs_more_memory() -> None:
