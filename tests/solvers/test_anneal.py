@@ -12,8 +12,7 @@ from hypothesis import given, settings
 
 from remat.schedules import Graph, plan_from_schedule, resolve_budget, simulate
 from remat.solvers import SolveContext, solve
-from remat.solvers.search import Annealer, Timeline, anneal, timeline_from_schedule
-from remat.solvers.search import _annealer
+from remat.solvers.search import Annealer, Timeline, _annealer, anneal, timeline_from_schedule
 
 
 def budgets_between(g: Graph) -> list[int]:
