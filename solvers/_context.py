@@ -241,6 +241,8 @@ class Outcome:
     fallback: str | None = None
     log: list[str] = field(default_factory=list)
     plan: Plan | None = None
+    leanest: Schedule | None = None
+    """When nothing fits: the schedule with the lowest peak the strategy reached, if it searched for one."""
 
     @property
     def found(self) -> bool:

@@ -57,6 +57,8 @@ class Result:
     transfer: Transfer | None = None
     """The copy times the plan was simulated with, when the request gave them."""
     host_budget: int | None = None
+    smallest_peak: int | None = None
+    """When no plan fits: the lowest peak of a plan the strategy reached (simulated), a budget that has a plan."""
 
     @property
     def cost(self) -> float | None:
@@ -109,6 +111,7 @@ class Result:
             "host_budget": self.host_budget,
             "transfer": None if self.transfer is None else self.transfer.to_json(),
             "min_feasible_budget": g.min_feasible_budget,
+            "smallest_peak": self.smallest_peak,
             "checkpoint_all_peak": g.checkpoint_all_peak,
             "solve_time_s": round(self.solve_time_s, 4),
             "schedule": self.schedule.to_json(g, full=full_schedule) if self.schedule is not None else None,

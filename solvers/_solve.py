@@ -125,6 +125,10 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     if reason is StopReason.CONVERGED and ctx.convergence is not None:
         log.append(f"stopped when converged: the best plan improved by less than {ctx.convergence.tolerance:.2%} "
                    f"in {ctx.convergence.window_s:g} s")
+    if not outcome.found and outcome.leanest is not None:
+        result.smallest_peak = simulate(graph, plan_from_schedule(graph, outcome.leanest)).peak_memory
+        log.append(f"no plan within the budget; the leanest plan found peaks at {result.smallest_peak} bytes "
+                   f"({result.smallest_peak / graph.checkpoint_all_peak:.3f} of checkpoint-all's peak)")
     if outcome.infeasible:
         result.status = ResultStatus.INFEASIBLE
     elif not outcome.found:

@@ -190,9 +190,9 @@ class Planner:
         """The plan of the baseline that holds the least, when the strategy found none that fits.
 
         It is the answer when it fits; otherwise the strategy's result is kept, with the smallest
-        budget a plan reached (this baseline's peak, or the strategy's own plan's) under ``smallest_peak``.
-        On graphs too large for the baseline (:data:`remat.solvers.baselines.LARGEST_PLAN`) only the
-        strategy's own plan counts.
+        budget a plan reached (this baseline's peak, the strategy's own plan's, or the lowest its search
+        reached) under ``smallest_peak``. On graphs too large for the baseline
+        (:data:`remat.solvers.baselines.LARGEST_PLAN`) only the strategy's own plans count.
         """
         from remat.solvers import solve
 
@@ -204,8 +204,13 @@ class Planner:
             floor["log"] = [*failed.get("log", [])[-3:], f"{self.strategy} found no plan within the budget; "
                             f"{MIN_FLOOR_STRATEGY}'s plan fits", *floor.get("log", [])]
             return floor
-        peaks = [(r["peak_memory"], r["strategy"]) for r in (failed, floor) if r.get("peak_memory") is not None]
-        return {**failed, "smallest_peak": min(peaks) if peaks else None}
+        peaks = [(peak, r["strategy"]) for r in (failed, floor) for peak in (r.get("peak_memory"), r.get("smallest_peak"))
+                 if peak is not None]
+        if not peaks:
+            return failed
+        peak, strategy = min(peaks)
+        return {**failed, "smallest_peak": peak,
+                "log": [*failed.get("log", []), f"the leanest plan found peaks at {format_size(peak)} ({strategy})"]}
 
 
 def computing_random_ops_once(graph: Graph, plan: Plan) -> Plan:
@@ -287,8 +292,7 @@ def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointG
             f"{size(budget)}.")
     smallest = result.get("smallest_peak")
     if smallest:
-        peak, strategy = smallest
-        text += f" The smallest budget a plan reached on this graph is {size(peak)} ({strategy});"
+        text += f" The smallest budget a plan reached on this graph is {size(smallest)};"
     text += f" no plan can go below {size(graph.min_feasible_budget)} (a bound)."
     text += f" Checkpoint-all needs {size(graph.checkpoint_all_peak)}."
     held = 0 if joint is None else joint.fixed["outputs"] + joint.fixed["tangents"]

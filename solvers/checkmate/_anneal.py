@@ -63,7 +63,10 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
         for helper in helpers:
             helper.join()
     pool.flush()
-    return pool.outcome()
+    outcome = pool.outcome()
+    if not outcome.found and annealer.leanest is not None:
+        outcome.leanest = Timeline.with_extras(graph, annealer.leanest).schedule()
+    return outcome
 
 
 @dataclass

@@ -183,6 +183,9 @@ class Annealer:
         self.excess = self._excess()
         self.best: list[tuple[int, int]] | None = None
         self.best_extra = math.inf
+        self.leanest: list[tuple[int, int]] | None = None
+        """While nothing fits: the extra computations of the state with the lowest peak so far."""
+        self.leanest_peak = math.inf
         self.created = time.monotonic()
         self.best_at_s: float | None = None
         """Seconds from creation to the best state."""
@@ -225,6 +228,8 @@ class Annealer:
         def improved() -> None:
             if self._remember() and on_best is not None:
                 on_best(self.graph.base_cost + self.best_extra, list(self.extras))
+            elif self.best is None:
+                self._remember_leanest()
 
         def clock() -> float:  # where the run is, in the unit of its horizon
             return self.moves if max_moves else time.monotonic()
@@ -409,6 +414,12 @@ class Annealer:
         self.best = list(self.extras)
         self.best_at_s = time.monotonic() - self.created
         return True
+
+    def _remember_leanest(self) -> None:
+        """Keep the current state when its peak is the lowest so far: the floor the search knows of."""
+        peak = self.tl.peak()
+        if peak < self.leanest_peak:
+            self.leanest_peak, self.leanest = peak, list(self.extras)
 
     def _excess(self) -> int:
         over = self.tl.peaks - self.limit

@@ -69,6 +69,13 @@ def test_solve_passes_strategy_options(capsys: pytest.CaptureFixture[str]) -> No
     assert code == 2 and "Unknown option 'seed' for griewank; the options are: snapshots." in err
 
 
+def test_a_solve_that_finds_nothing_says_how_low_a_plan_went(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "solve", str(BENCHMARK_DIR / "rl100.json"), "--budget-ratio", "0.6", "--strategy",
+                         "checkmate", "--option", "path=anneal", "--time-limit", "2")
+    assert code == 1, err
+    assert "rl100: checkmate, timeout, budget " in out and ", a plan found peaks at " in out
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["solve", VGG16, "--budget", "1e400"], "A size must be at most"),
     (["solve", VGG16, "--budget-ratio", "1", "--option", "snapshots"], "expected KEY=VALUE, got 'snapshots'"),

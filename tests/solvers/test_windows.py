@@ -49,8 +49,21 @@ def test_checkmate_answers_infeasible_for_a_graph_that_fits_its_memory_floor_but
                    threads=2)
     assert result.status is ResultStatus.INFEASIBLE, result.log
     assert any("proved infeasible" in line for line in result.log)
-    assert solve(STAGE_INFEASIBLE, budget=79, strategy="checkmate", options={"path": "anneal"}, time_limit_s=5,
-                 threads=2).status in (ResultStatus.OPTIMAL, ResultStatus.FEASIBLE)
+    assert result.smallest_peak is not None and result.smallest_peak >= 79  # a plan's peak: no schedule fits 78
+    fits = solve(STAGE_INFEASIBLE, budget=79, strategy="checkmate", options={"path": "anneal"}, time_limit_s=5,
+                 threads=2)
+    assert fits.status in (ResultStatus.OPTIMAL, ResultStatus.FEASIBLE) and fits.to_json()["smallest_peak"] is None
+
+
+def test_a_solve_that_finds_nothing_reports_the_leanest_plan_its_search_reached() -> None:
+    """rl100 at 0.6 of its peak: no plan in 3 s (none known at all), yet the search's leanest state is a
+    plan, simulated, whose peak says which budgets have one."""
+    g = benchmark_graph("rl100")
+    result = solve(g, budget_ratio=0.6, strategy="checkmate", options={"path": "anneal"}, time_limit_s=3, threads=2)
+    assert result.status is ResultStatus.TIMEOUT
+    assert result.budget < result.smallest_peak <= g.checkpoint_all_peak
+    assert result.to_json()["smallest_peak"] == result.smallest_peak
+    assert f"the leanest plan found peaks at {result.smallest_peak} bytes" in result.log[-1]
 
 
 @pytest.mark.slow
