@@ -176,7 +176,7 @@ class ResultPublic(BaseModel):
     host_budget: int | None = None
     transfer: dict[str, float] | None = Field(None, description="the copy times simulated, in the graph's units")
     min_feasible_budget: int
-    smallest_peak: int | None = Field(None, description="when no plan fits: the lowest peak of a plan the solve reached")
+    smallest_peak: int | None = Field(None, description="with no plan that fits: the lowest peak of a plan it reached")
     checkpoint_all_peak: int
     solve_time_s: float
     schedule: dict[str, Any] | None

@@ -204,8 +204,8 @@ class Planner:
             floor["log"] = [*failed.get("log", [])[-3:], f"{self.strategy} found no plan within the budget; "
                             f"{MIN_FLOOR_STRATEGY}'s plan fits", *floor.get("log", [])]
             return floor
-        peaks = [(peak, r["strategy"]) for r in (failed, floor) for peak in (r.get("peak_memory"), r.get("smallest_peak"))
-                 if peak is not None]
+        peaks = [(peak, r["strategy"]) for r in (failed, floor)
+                 for peak in (r.get("peak_memory"), r.get("smallest_peak")) if peak is not None]
         if not peaks:
             return failed
         peak, strategy = min(peaks)
