@@ -4,10 +4,12 @@ same solve run to its time limit, each in a fresh process.
 Each row gives the status, the overhead of the returned (simulated) plan, the lower bound as an overhead,
 when the first plan that fits was reported, how long the solve took and the peak resident memory of its
 processes (the solve's own and its helpers'). With ``--before REV`` the same cells run on the sources of
-git revision REV too, one right after the other, so that both see the same load.
+git revision REV too, one right after the other, so that both see the same load; ``--repeat K`` runs each
+cell K times, alternating the revisions.
 
     python benchmarks/captured_graphs.py gpt-128 --out /tmp            # the 128-block GPT (about a minute)
     python benchmarks/scale.py /tmp/gpt-128.json --ratios 0.8 0.5 --time-limit 30 --before HEAD~1
+    python benchmarks/scale.py benchmarks/graphs/captured/*.json --modes converged --repeat 3 --before HEAD~1
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def main() -> None:
     parser.add_argument("--ratios", nargs="+", type=float, default=[0.8, 0.5])
     parser.add_argument("--time-limit", type=float, default=30.0)
     parser.add_argument("--before", metavar="REV", help="also solve on the sources of this git revision")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="which solves to run")
+    parser.add_argument("--repeat", type=int, default=1, help="rows per cell and revision (the chains differ by run)")
     parser.add_argument("--measure", nargs=4, metavar=("GRAPH.json", "RATIO", "MODE", "LIMIT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -56,10 +60,11 @@ def main() -> None:
         for path in args.graphs:
             graph = Graph.from_path(path)
             for ratio in args.ratios:
-                for mode in MODES:
-                    for label, tree in trees.items():
-                        cell = _measure(path, ratio, mode, args.time_limit, tree)
-                        print(_row(Path(path).stem, graph, ratio, mode, label, cell), flush=True)
+                for mode in args.modes:
+                    for _ in range(args.repeat):
+                        for label, tree in trees.items():
+                            cell = _measure(path, ratio, mode, args.time_limit, tree)
+                            print(_row(Path(path).stem, graph, ratio, mode, label, cell), flush=True)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 
