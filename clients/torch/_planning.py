@@ -209,8 +209,8 @@ class Planner:
         if not peaks:
             return failed
         peak, strategy = min(peaks)
-        return {**failed, "smallest_peak": peak,
-                "log": [*failed.get("log", []), f"the leanest plan found peaks at {format_size(peak)} ({strategy})"]}
+        least = f"{strategy}'s plan peaks at {format_size(peak)}, the least of any found"
+        return {**failed, "smallest_peak": peak, "log": [*failed.get("log", []), least]}
 
 
 def computing_random_ops_once(graph: Graph, plan: Plan) -> Plan:

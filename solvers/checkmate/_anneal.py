@@ -9,6 +9,10 @@ second or so). Helper processes, one per further thread (at least one), run in p
   time allows; highspy stays out of the solve process), then a chain of its own;
 - the others run chains with other seeds.
 
+The solve process's chain cools in cycles of doubling length (:meth:`Annealer.run`), so that a solve
+stopped on convergence stops at a cold chain; the helpers' chains cool once over the whole time limit:
+hot for longer, they cross to basins the cycles miss (the 6-level U-Net at 0.5 of its peak).
+
 Every new best, from any process, is reported at once (at most every half second after the first);
 when a proved bound meets the best cost within ``ctx.mip_gap``, or a proof that nothing fits comes,
 everything stops with that proof. The outcome is the cheapest plan that fits: a chain's, or a

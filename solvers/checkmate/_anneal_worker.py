@@ -127,7 +127,8 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             if mip is not None and lp is not None and mip > lp:
                 send(("bound", mip, "retention MIP"))
         elif annealer is not None:
-            annealer.run(ctx, on_best=lambda cost, extras: send(("best", cost, extras)), every=mip_due)
+            annealer.run(ctx, on_best=lambda cost, extras: send(("best", cost, extras)), every=mip_due,
+                         first_cycle_s=math.inf)
         elif mip_wanted:
             ctx.stop_event.wait(0.2)
         else:

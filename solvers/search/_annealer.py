@@ -217,8 +217,9 @@ class Annealer:
 
     def run(self, ctx: SolveContext, *, max_moves: int | None = None,
             on_best: Callable[[float, list[tuple[int, int]]], None] | None = None,
-            every: Callable[[Annealer], bool] | None = None) -> None:
-        """Descend to the budget, then anneal until ``ctx.stopped()`` (or ``max_moves`` moves).
+            every: Callable[[Annealer], bool] | None = None, first_cycle_s: float = FIRST_CYCLE_S) -> None:
+        """Descend to the budget, then anneal until ``ctx.stopped()`` (or ``max_moves`` moves), in cooling
+        cycles from ``first_cycle_s`` (``math.inf``: one cycle over the time left).
 
         ``on_best(cost, extras)`` is called for each new best state that fits (cost including the
         base cost; ``extras`` its (node, stage) extra computations). ``every(self)``, called
@@ -236,7 +237,7 @@ class Annealer:
 
         self._descend(ctx)
         improved()
-        cycles = _cycles(max_moves or max(ctx.remaining_s(), 1e-3), max_moves or FIRST_CYCLE_S)
+        cycles = _cycles(max_moves or max(ctx.remaining_s(), 1e-3), max_moves or first_cycle_s)
         cycle_start, cycle = clock(), next(cycles)
         temperature = self.temperature0
         self._over_streak = 0

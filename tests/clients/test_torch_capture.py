@@ -217,7 +217,7 @@ def test_plans_that_do_not_fit_or_do_not_simulate_are_refused():
     model, inputs, loss_fn = _made("mlp")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
     with pytest.raises(PlanRejected, match=r"smallest budget a plan reached on this graph is .*; no plan can go "
-                                           r"below .* the leanest plan found peaks at .* \(checkpoint-last\)"):
+                                           r"below .* checkpoint-last's plan peaks at .*, the least of any found"):
         rematerialize(model, inputs, budget=graph.min_feasible_budget - 1, strategy="checkpoint-all",
                       loss_fn=loss_fn)
     fits = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn).result
@@ -233,7 +233,7 @@ def test_on_graphs_too_large_for_the_leanest_baseline_the_refusal_quotes_the_str
     model, inputs, loss_fn = _made("mlp")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
     with pytest.raises(PlanRejected, match=r"smallest budget a plan reached on this graph is .*; no plan can go "
-                                           r"below .* the leanest plan found peaks at .* \(checkpoint-all\)"):
+                                           r"below .* checkpoint-all's plan peaks at .*, the least of any found"):
         rematerialize(model, inputs, budget=graph.min_feasible_budget, strategy="checkpoint-all", loss_fn=loss_fn)
 
 

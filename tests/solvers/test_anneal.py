@@ -76,7 +76,6 @@ def test_cooling_cycles_double_and_the_last_takes_what_is_left(total: float, fir
 
 
 def test_each_cooling_cycle_starts_from_the_best_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_annealer, "FIRST_CYCLE_S", 0.1)
     g = benchmark_graph("rl100")
     annealer = Annealer(g, resolve_budget(g, budget_ratio=0.8), seed=1)
     restarts: list[float] = []
@@ -87,7 +86,7 @@ def test_each_cooling_cycle_starts_from_the_best_state(monkeypatch: pytest.Monke
         restarts.append(annealer.tl.extra_cost)
 
     monkeypatch.setattr(annealer, "adopt", adopt)
-    annealer.run(SolveContext(time_limit_s=2.0))
+    annealer.run(SolveContext(time_limit_s=2.0), first_cycle_s=0.1)
     assert restarts and annealer.best_cost is not None
     # each from the best so far, which only improves (the running total drifts by rounding)
     assert all(later <= earlier + 1e-9 for earlier, later in zip(restarts, restarts[1:], strict=False))
