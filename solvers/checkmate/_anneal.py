@@ -68,8 +68,8 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
             helper.join()
     pool.flush()
     outcome = pool.outcome()
-    if not outcome.found and annealer.leanest is not None:
-        outcome.leanest = Timeline.with_extras(graph, annealer.leanest).schedule()
+    if not outcome.found:
+        outcome.leanest = annealer.outcome().leanest
     return outcome
 
 

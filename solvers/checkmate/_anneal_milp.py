@@ -45,9 +45,11 @@ def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmSta
             start = WarmStart("anneal", annealed.schedule, simulation)
     ctx.log.extend(annealed.log)
     if ctx.stopped():
-        return Outcome(start.schedule if start is not None else None)
+        return Outcome(start.schedule if start is not None else None, leanest=annealed.leanest)
     exact = solve_milp(graph, budget, _never_worse(ctx, start), start)
     if start is None or start.source != "anneal" or exact.infeasible:
+        if not exact.found:
+            exact.leanest = annealed.leanest
         return exact
     if exact.schedule is not None:
         found = simulate_schedule(graph, exact.schedule)

@@ -207,9 +207,10 @@ class Annealer:
         return Timeline.with_extras(self.graph, self.best).schedule()
 
     def outcome(self) -> Outcome:
-        """The best schedule as an Outcome, with a line for the log."""
+        """The best schedule as an Outcome, with a line for the log (or, when nothing fits, the leanest)."""
         if self.best is None:
-            return Outcome(None, log=[f"anneal: nothing within the budget after {self.moves} moves"])
+            leanest = None if self.leanest is None else Timeline.with_extras(self.graph, self.leanest).schedule()
+            return Outcome(None, leanest=leanest, log=[f"anneal: nothing within the budget after {self.moves} moves"])
         return Outcome(self.best_schedule(), log=[
             f"anneal: {self.moves} moves; cost {self.best_cost:.6g} found after {self.best_at_s:.2f} s"])
 

@@ -55,6 +55,12 @@ def test_checkmate_answers_infeasible_for_a_graph_that_fits_its_memory_floor_but
     assert fits.status in (ResultStatus.OPTIMAL, ResultStatus.FEASIBLE) and fits.to_json()["smallest_peak"] is None
 
 
+def test_the_milp_path_reports_the_leanest_plan_its_anneal_reached_with_its_proof() -> None:
+    result = solve(STAGE_INFEASIBLE, budget=78, strategy="checkmate", time_limit_s=20)  # six nodes: anneal-milp
+    assert result.status is ResultStatus.INFEASIBLE, result.log
+    assert result.smallest_peak is not None and result.smallest_peak >= 79
+
+
 def test_a_solve_that_finds_nothing_reports_the_leanest_plan_its_search_reached() -> None:
     """rl100 at 0.6 of its peak: no plan in 3 s (none known at all), yet the search's leanest state is a
     plan, simulated, whose peak says which budgets have one."""
