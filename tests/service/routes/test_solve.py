@@ -209,3 +209,15 @@ def test_a_streamed_body_that_grows_too_large_is_a_413_problem(client: TestClien
 
     r = client.post("/v1/solve", content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
+
+
+def test_a_solve_without_a_plan_carries_the_leanest_plans_peak_to_its_page(client: TestClient):
+    graph = benchmark_graph("rl100")  # no plan known at 0.6 of its peak
+    r = client.post("/v1/solve", json=_request(graph, strategy="checkmate", budget_ratio=0.6, time_limit_s=2,
+                                               options={"path": "anneal"}))
+    assert r.status_code == 200, r.text
+    result = r.json()
+    assert result["status"] == "timeout" and result["budget"] < result["smallest_peak"] <= graph.checkpoint_all_peak
+    job_id = r.headers["Content-Location"].rsplit("/", 1)[-1]
+    page = client.get(f"/dashboard/jobs/{job_id}")
+    assert page.status_code == 200 and "<dt>leanest plan found</dt>" in page.text
