@@ -185,7 +185,7 @@ class Annealer:
         self.best_extra = math.inf
         self.leanest: list[tuple[int, int]] | None = None
         """While nothing fits: the extra computations of the state with the lowest peak so far."""
-        self.leanest_peak = math.inf
+        self._leanest_peak = math.inf
         self.created = time.monotonic()
         self.best_at_s: float | None = None
         """Seconds from creation to the best state."""
@@ -228,8 +228,9 @@ class Annealer:
         returning True.
         """
         def improved() -> None:
-            if self._remember() and on_best is not None:
-                on_best(self.graph.base_cost + self.best_extra, list(self.extras))
+            if self._remember():
+                if on_best is not None:
+                    on_best(self.graph.base_cost + self.best_extra, list(self.extras))
             elif self.best is None:
                 self._remember_leanest()
 
@@ -420,8 +421,8 @@ class Annealer:
     def _remember_leanest(self) -> None:
         """Keep the current state when its peak is the lowest so far: the floor the search knows of."""
         peak = self.tl.peak()
-        if peak < self.leanest_peak:
-            self.leanest_peak, self.leanest = peak, list(self.extras)
+        if peak < self._leanest_peak:
+            self._leanest_peak, self.leanest = peak, list(self.extras)
 
     def _excess(self) -> int:
         over = self.tl.peaks - self.limit
