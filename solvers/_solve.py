@@ -20,6 +20,7 @@ from remat.schedules import (
     plan_from_schedule,
     resolve_budget,
     simulate,
+    simulate_schedule,
     whole_number,
 )
 
@@ -126,7 +127,7 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
         log.append(f"stopped when converged: the best plan improved by less than {ctx.convergence.tolerance:.2%} "
                    f"in {ctx.convergence.window_s:g} s")
     if not outcome.found and outcome.leanest is not None:
-        result.smallest_peak = simulate(graph, plan_from_schedule(graph, outcome.leanest)).peak_memory
+        result.smallest_peak = simulate_schedule(graph, outcome.leanest).peak_memory
         log.append(f"no plan within the budget; the leanest plan found peaks at {result.smallest_peak} bytes "
                    f"({result.smallest_peak / graph.checkpoint_all_peak:.3f} of checkpoint-all's peak)")
     if outcome.infeasible:
