@@ -3,7 +3,8 @@ same solve run to its time limit, each in a fresh process.
 
 Each row gives the status, the overhead of the returned (simulated) plan, the lower bound as an overhead,
 when the first plan that fits was reported, how long the solve took and the peak resident memory of its
-processes (the solve's own and its helpers'). With ``--before REV`` the same cells run on the sources of
+processes (the solve's own and its helpers'); an answer without a plan gives the peak of the leanest plan
+its search reached, as a share of checkpoint-all's peak. With ``--before REV`` the same cells run on the sources of
 git revision REV too, one right after the other, so that both see the same load; ``--repeat K`` runs each
 cell K times, alternating the revisions.
 
@@ -54,7 +55,7 @@ def main() -> None:
         trees = {"after": None} if args.before is None else {"before": source_tree(args.before, Path(scratch)),
                                                               "after": None}
         head = ["graph", "nodes", "r", "solve", "revision", "status", "overhead", "lower bound", "first plan (s)",
-                "time (s)", "peak RSS (MB)"]
+                "time (s)", "peak RSS (MB)", "leanest plan (of the peak)"]
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for path in args.graphs:
@@ -73,8 +74,9 @@ def _row(name: str, graph: Graph, ratio: float, mode: str, label: str, cell: dic
         return "-" if cost is None else f"{100 * (cost / graph.base_cost - 1):.3f} %"
 
     first = "-" if cell["first_s"] is None else f"{cell['first_s']:.2f}"
+    leanest = "-" if cell["smallest_peak"] is None else f"{cell['smallest_peak'] / graph.checkpoint_all_peak:.3f}"
     return (f"| {name} | {graph.size:,} | {ratio} | {mode} | {label} | {cell['status']} | {overhead(cell['cost'])} | "
-            f"{overhead(cell['lower_bound'])} | {first} | {cell['time_s']:.1f} | {cell['rss_mb']:,.0f} |")
+            f"{overhead(cell['lower_bound'])} | {first} | {cell['time_s']:.1f} | {cell['rss_mb']:,.0f} | {leanest} |")
 
 
 def _measure(path: str, ratio: float, mode: str, limit: float, tree: Path | None) -> dict[str, Any]:
@@ -96,7 +98,8 @@ def _measure_here(path: str, ratio: float, mode: str, limit: float) -> dict[str,
     first = next((p.elapsed_s for p in events if p.incumbent_cost is not None), None)
     rss_kb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     return {"status": result.status.value, "cost": result.cost, "lower_bound": result.lower_bound,
-            "first_s": first, "time_s": result.solve_time_s, "rss_mb": rss_kb / 1024}
+            "first_s": first, "time_s": result.solve_time_s, "rss_mb": rss_kb / 1024,
+            "smallest_peak": result.smallest_peak}
 
 
 if __name__ == "__main__":

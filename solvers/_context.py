@@ -43,6 +43,10 @@ DEFAULT_MIP_GAP = 1e-4
 REPORT_EVERY_S = 0.5
 """Least seconds between two progress reports of a new best found by a search (the first goes out at once)."""
 
+FLOOR_WINDOWS = 5
+"""How many convergence windows the leanest plan's peak must have stopped falling for, while no plan
+fits, before a solve stops (10 s by default: a budget below every plan is answered then, not at 60 s)."""
+
 
 def default_threads() -> int:
     """Threads a solve uses when the request names none: every CPU."""
@@ -72,12 +76,14 @@ class Progress:
 @dataclass(frozen=True)
 class Convergence:
     """When a solve may stop before its time limit: its best cost improved by less than ``tolerance``
-    (a fraction of that cost) over the last ``window_s`` seconds.
+    (a fraction of that cost) over the last ``window_s`` seconds; while no plan fits, the peak of the
+    leanest plan its search reached improved by less than ``tolerance`` over :attr:`floor_window_s`.
 
     An interactive caller would rather have a plan within a fraction of a percent of the last one
-    now than wait out the limit for it; a proved optimum stops a solve sooner still. Every entry
-    point stops an anytime search (``Strategy.anytime``) by this rule unless told otherwise
-    (``convergence=None``: run to the limit).
+    now than wait out the limit for it; a proved optimum stops a solve sooner still. A budget below
+    every plan the search can reach is answered once that floor stops falling, with the floor,
+    rather than at the limit. Every entry point stops an anytime search (``Strategy.anytime``) by
+    this rule unless told otherwise (``convergence=None``: run to the limit).
 
     >>> rule = Convergence(window_s=2.0, tolerance=0.01)
     >>> rule.reached([(0.1, 100.0), (1.5, 99.5)], now=3.0)      # 0.5 % better since t = 1.0 s
@@ -89,12 +95,19 @@ class Convergence:
     window_s: float = 2.0
     tolerance: float = 0.0025
 
+    @property
+    def floor_window_s(self) -> float:
+        """Seconds over which the leanest plan's peak must have stopped falling, while no plan fits:
+        :data:`FLOOR_WINDOWS` windows, since the first plan near the floor can come late."""
+        return FLOOR_WINDOWS * self.window_s
+
     def to_json(self) -> dict[str, float]:
         return {"window_s": float(self.window_s), "tolerance": float(self.tolerance)}
 
-    def reached(self, trail: Sequence[tuple[float, float]], now: float) -> bool:
-        """Whether ``trail`` (elapsed seconds, best cost at every improvement, in order) has converged at ``now``."""
-        since = now - self.window_s
+    def reached(self, trail: Sequence[tuple[float, float]], now: float, *, window_s: float | None = None) -> bool:
+        """Whether ``trail`` (elapsed seconds, best value at every improvement, in order) has converged at
+        ``now``: improved by less than the tolerance over ``window_s`` (the rule's window unless given)."""
+        since = now - (self.window_s if window_s is None else window_s)
         if not trail or trail[0][0] > since:
             return False
         then = next(cost for at, cost in reversed(trail) if at <= since)
@@ -154,6 +167,8 @@ class SolveContext:
     convergence: Convergence | None = None
     trail: list[tuple[float, float]] = field(default_factory=list)
     """(elapsed seconds, cost) of every new best reported, in order."""
+    floor_trail: list[tuple[float, float]] = field(default_factory=list)
+    """(elapsed seconds, peak) of every new leanest plan reported while none fits, in order."""
     transfer: Transfer | None = None
     """How long copies to host memory and back last; given when the strategy may offload."""
     host_budget: int | None = None
@@ -180,8 +195,14 @@ class SolveContext:
         return self.stop_event.reason
 
     def converged(self) -> bool:
-        """True when the context's convergence rule holds for the costs reported so far."""
-        return self.convergence is not None and self.convergence.reached(self.trail, self.elapsed_s())
+        """True when the context's convergence rule holds for the costs reported so far or, while no
+        plan has been reported, for the leanest plans' peaks."""
+        rule, now = self.convergence, self.elapsed_s()
+        if rule is None:
+            return False
+        if self.trail:
+            return rule.reached(self.trail, now)
+        return rule.reached(self.floor_trail, now, window_s=rule.floor_window_s)
 
     def proves(self, cost: float, bound: float | None) -> bool:
         """True when ``bound`` shows that a plan of ``cost`` is optimal within the context's gap."""
@@ -197,6 +218,11 @@ class SolveContext:
         if self.on_progress is not None:
             self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound,
                                       relative_gap(incumbent_cost, lower_bound), message))
+
+    def report_leanest(self, peak: float) -> None:
+        """Record the peak of a new leanest plan, reached while no plan fits (the convergence rule's floor)."""
+        if not self.floor_trail or peak < self.floor_trail[-1][1]:
+            self.floor_trail.append((self.elapsed_s(), peak))
 
 
 def relative_gap(cost: float | None, bound: float | None) -> float | None:

@@ -124,8 +124,11 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
                     fallback=outcome.fallback, log=log, transfer=ctx.transfer, host_budget=ctx.host_budget)
     reason = ctx.stop_reason
     if reason is StopReason.CONVERGED and ctx.convergence is not None:
-        log.append(f"stopped when converged: the best plan improved by less than {ctx.convergence.tolerance:.2%} "
-                   f"in {ctx.convergence.window_s:g} s")
+        rule = ctx.convergence
+        log.append(f"stopped when converged: the best plan improved by less than {rule.tolerance:.2%} "
+                   f"in {rule.window_s:g} s" if outcome.found else
+                   f"stopped when converged: no plan fits, and the leanest plan's peak fell by less than "
+                   f"{rule.tolerance:.2%} in {rule.floor_window_s:g} s")
     if not outcome.found and outcome.leanest is not None:
         result.smallest_peak = simulate_schedule(graph, outcome.leanest).peak_memory
         log.append(f"no plan within the budget; the leanest plan found peaks at {result.smallest_peak} bytes "

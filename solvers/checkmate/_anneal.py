@@ -16,7 +16,9 @@ hot for longer, they cross to basins the cycles miss (the 6-level U-Net at 0.5 o
 Every new best, from any process, is reported at once (at most every half second after the first);
 when a proved bound meets the best cost within ``ctx.mip_gap``, or a proof that nothing fits comes,
 everything stops with that proof. The outcome is the cheapest plan that fits: a chain's, or a
-baseline's (as the fallback).
+baseline's (as the fallback); when none does, the leanest state of the solve process's chain, whose
+peaks it records as it goes (``ctx.report_leanest``: the convergence rule stops a solve whose floor
+has stopped falling).
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
 
     try:
         annealer = Annealer(graph, budget, seed=0)
-        annealer.run(ctx, on_best=lambda cost, extras: pool.offer(cost, extras, "anneal"), every=tend)
+        annealer.run(ctx, on_best=lambda cost, extras: pool.offer(cost, extras, "anneal"), every=tend,
+                     on_leanest=ctx.report_leanest)
     finally:
         for helper in helpers:
             helper.stop()

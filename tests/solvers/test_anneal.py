@@ -64,6 +64,21 @@ def test_every_best_it_announces_fits_and_costs_what_it_says() -> None:
     assert annealer.best_cost == pytest.approx(costs[-1])
 
 
+def test_while_nothing_fits_it_announces_ever_leaner_states_and_keeps_none_as_a_plan() -> None:
+    """rl100 at 0.45 of its peak (no plan known below 0.6): the search presses its peak down under limits
+    above the budget; the states that fit those are announced as leaner, never as plans."""
+    g = benchmark_graph("rl100")
+    budget = resolve_budget(g, budget_ratio=0.45)
+    peaks: list[int] = []
+    annealer = Annealer(g, budget, seed=1)
+    annealer.run(SolveContext(), max_moves=6000, on_best=lambda *_: pytest.fail("a plan under the budget"),
+                 on_leanest=peaks.append)
+    assert len(peaks) > 1 and peaks == sorted(peaks, reverse=True) and len(set(peaks)) == len(peaks)
+    assert annealer.best is None and annealer.leanest is not None
+    leanest = simulate(g, plan_from_schedule(g, Timeline.with_extras(g, annealer.leanest).schedule()))
+    assert budget < leanest.peak_memory == peaks[-1]
+
+
 @pytest.mark.parametrize("total,first,lengths", [
     (60.0, 8.0, [8.0, 16.0, 36.0]),  # the next (32 s) would not fit twice in the 36 s left
     (5.0, 8.0, [5.0]),

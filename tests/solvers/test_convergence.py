@@ -7,7 +7,7 @@ import time
 
 from factories import benchmark_graph
 
-from remat.solvers import STRATEGIES, Convergence, ResultStatus, Stop, solve
+from remat.solvers import STRATEGIES, Convergence, ResultStatus, SolveContext, Stop, solve
 
 
 def test_the_rule_looks_at_the_improvement_over_its_window() -> None:
@@ -17,6 +17,31 @@ def test_the_rule_looks_at_the_improvement_over_its_window() -> None:
     assert rule.reached([(1.0, 100.0), (7.5, 99.5)], now=10.0)  # 0.5 % in the last 2 s
     assert not rule.reached([(1.0, 100.0), (8.5, 98.0)], now=10.0)
     assert rule.reached([(1.0, 100.0), (5.0, 90.0)], now=10.0)  # 10 % better, but long ago
+    assert not rule.reached([(1.0, 100.0), (5.0, 90.0)], now=10.0, window_s=rule.floor_window_s)
+
+
+def test_while_no_plan_fits_the_rule_looks_at_the_leanest_plans_peak_over_a_longer_window() -> None:
+    ctx = SolveContext(convergence=Convergence(window_s=0.1, tolerance=0.01), started=time.monotonic() - 1.0)
+    ctx.report_leanest(100)
+    ctx.started -= 1.0                                          # a second later
+    ctx.report_leanest(90)
+    assert not ctx.converged()                                  # the floor just fell by 10 %
+    ctx.started -= 1.0
+    assert ctx.converged()                                      # it has not fallen for 1 s, twice the 0.5 s asked
+    ctx.report(incumbent_cost=5.0)
+    assert not ctx.converged()                                  # a plan: its own trail decides, and it is new
+
+
+def test_a_budget_under_every_plan_found_is_answered_once_the_floor_stops_falling() -> None:
+    """rl500 at 0.5 of its peak: no plan is known; the solve ends when the leanest plan's peak stops
+    falling, well before its limit, and says so."""
+    graph = benchmark_graph("rl500")
+    started = time.monotonic()
+    result = solve(graph, budget_ratio=0.5, time_limit_s=60, threads=2,
+                   convergence=Convergence(window_s=0.5, tolerance=0.01))
+    assert time.monotonic() - started < 30
+    assert result.status is ResultStatus.TIMEOUT and result.smallest_peak > result.budget
+    assert "no plan fits, and the leanest plan's peak fell by less than 1.00% in 2.5 s" in result.log[-2]
 
 
 def test_a_converged_solve_stops_early_and_is_not_a_cancel() -> None:
