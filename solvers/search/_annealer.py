@@ -223,7 +223,7 @@ class Annealer:
     def run(self, ctx: SolveContext, *, max_moves: int | None = None,
             on_best: Callable[[float, list[tuple[int, int]]], None] | None = None,
             every: Callable[[Annealer], bool] | None = None, first_cycle_s: float = FIRST_CYCLE_S,
-            on_leanest: Callable[[int], None] | None = None) -> None:
+            on_leanest: Callable[[float], None] | None = None) -> None:
         """Descend to the budget, then anneal until ``ctx.stopped()`` (or ``max_moves`` moves), in cooling
         cycles from ``first_cycle_s`` (``math.inf``: one cycle over the time left).
 
