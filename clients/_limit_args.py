@@ -15,8 +15,8 @@ def add_time_options(p: argparse.ArgumentParser, *, default: float | None, what:
     said = "the server's default" if default is None else f"{default:g}"
     p.add_argument("--time-limit", type=float, default=default,
                    help=f"seconds per {what} at most (default {said}); a solve stops sooner once its plan has "
-                        f"improved by less than {DEFAULT_CONVERGENCE.tolerance:.2%} in "
-                        f"{DEFAULT_CONVERGENCE.window_s:g} s")
+                        f"improved by less than {100 * DEFAULT_CONVERGENCE.tolerance:g} %% in "
+                        f"{DEFAULT_CONVERGENCE.window_s:g} s")  # argparse %-formats help strings
     p.add_argument("--run-to-limit", action="store_true",
                    help="run every solve to its time limit (or a proof) instead of stopping once it has converged")
 

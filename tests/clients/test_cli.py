@@ -25,6 +25,14 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.parametrize("command", ["solve", "validate", "strategies", "serve", "worker", "healthcheck",
+                                     "compare", "max-batch", "profile"])
+def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, out, err = run(capsys, command, "--help")
+    assert code == 0, err
+    assert out.startswith(f"usage: remat {command}")
+
+
 @pytest.fixture
 def weightless(tmp_path: Path) -> str:
     """A legal graph whose every output has size 0 (its checkpoint-all peak is 0)."""
