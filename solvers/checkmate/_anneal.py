@@ -72,7 +72,7 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
     pool.flush()
     outcome = pool.outcome()
     if not outcome.found:
-        outcome.leanest = annealer.outcome().leanest
+        outcome.leanest = annealer.leanest_schedule()
     return outcome
 
 

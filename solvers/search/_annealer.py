@@ -212,11 +212,17 @@ class Annealer:
             return None
         return Timeline.with_extras(self.graph, self.best).schedule()
 
+    def leanest_schedule(self) -> Schedule | None:
+        """While nothing fits: the schedule with the lowest peak reached, or None."""
+        if self.leanest is None:
+            return None
+        return Timeline.with_extras(self.graph, self.leanest).schedule()
+
     def outcome(self) -> Outcome:
         """The best schedule as an Outcome, with a line for the log (or, when nothing fits, the leanest)."""
         if self.best is None:
-            leanest = None if self.leanest is None else Timeline.with_extras(self.graph, self.leanest).schedule()
-            return Outcome(None, leanest=leanest, log=[f"anneal: nothing within the budget after {self.moves} moves"])
+            return Outcome(None, leanest=self.leanest_schedule(),
+                           log=[f"anneal: nothing within the budget after {self.moves} moves"])
         return Outcome(self.best_schedule(), log=[
             f"anneal: {self.moves} moves; cost {self.best_cost:.6g} found after {self.best_at_s:.2f} s"])
 
@@ -266,7 +272,7 @@ class Annealer:
                 temperature = self.temperature0 * COOLING ** min(progress, 1.0)
             if self._step(temperature):
                 improved()
-                if self.excess == 0 and self.limit > self.target:
+                if self.excess == 0 and self._pressing:
                     self._tighten()
             self._adapt_weight()
 
@@ -418,6 +424,12 @@ class Annealer:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
+    @property
+    def _pressing(self) -> bool:
+        """Whether the search presses under a limit above the target (nothing fits yet): a state that
+        fits that limit is a leaner state, not a plan."""
+        return self.limit > self.target
+
     def _tighten(self) -> None:
         """While nothing fits: press the stages under a limit just below the state's peak (by a tenth of
         its distance to the target, at least a byte), and so down step by step to the target.
@@ -437,7 +449,7 @@ class Annealer:
 
         The cost kept is summed afresh (the running total drifts by rounding over many edits).
         """
-        if self.excess > 0 or self.limit > self.target:
+        if self.excess > 0 or self._pressing:
             return False
         if self.tl.extra_cost >= self.best_extra - 1e-9 * max(1.0, self.graph.base_cost):
             return False
