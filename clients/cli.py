@@ -221,7 +221,7 @@ def summary_line(doc: dict[str, Any]) -> str:
     else:
         parts.append(f"budget {format_size(doc['budget'])}")
     if doc.get("smallest_peak") is not None:
-        parts.append(f"a plan found peaks at {format_size(doc['smallest_peak'])}")
+        parts.append(f"no plan fits it; the leanest found peaks at {format_size(doc['smallest_peak'])}")
     if doc.get("transfer") is not None and doc.get("host_peak_memory") is not None:
         host = f" / host budget {format_size(doc['host_budget'])}" if doc.get("host_budget") is not None else ""
         parts.append(f"host peak {format_size(doc['host_peak_memory'])}{host}")
