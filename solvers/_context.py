@@ -169,6 +169,10 @@ class SolveContext:
     """(elapsed seconds, cost) of every new best reported, in order."""
     floor_trail: list[tuple[float, float]] = field(default_factory=list)
     """(elapsed seconds, peak) of every new leanest plan reported while none fits, in order."""
+    chain_trail: list[tuple[float, float]] = field(default_factory=list)
+    """(elapsed seconds, cost) of every new best of the solve process's own chain, in order: while it
+    still improves, the search has not converged, though a better plan from elsewhere hides that from
+    :attr:`trail`."""
     transfer: Transfer | None = None
     """How long copies to host memory and back last; given when the strategy may offload."""
     host_budget: int | None = None
@@ -195,13 +199,14 @@ class SolveContext:
         return self.stop_event.reason
 
     def converged(self) -> bool:
-        """True when the context's convergence rule holds for the costs reported so far or, while no
-        plan has been reported, for the leanest plans' peaks."""
+        """True when the context's convergence rule holds for the costs reported so far and for the
+        solve process's chain, if it reports its own; while no plan has been reported, for the
+        leanest plans' peaks."""
         rule, now = self.convergence, self.elapsed_s()
         if rule is None:
             return False
         if self.trail:
-            return rule.reached(self.trail, now)
+            return rule.reached(self.trail, now) and (not self.chain_trail or rule.reached(self.chain_trail, now))
         return rule.reached(self.floor_trail, now, window_s=rule.floor_window_s)
 
     def proves(self, cost: float, bound: float | None) -> bool:
@@ -218,6 +223,11 @@ class SolveContext:
         if self.on_progress is not None:
             self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound,
                                       relative_gap(incumbent_cost, lower_bound), message))
+
+    def report_chain(self, cost: float) -> None:
+        """Record a new best of the solve process's own chain (the convergence rule waits while it improves)."""
+        if not self.chain_trail or cost < self.chain_trail[-1][1]:
+            self.chain_trail.append((self.elapsed_s(), cost))
 
     def report_leanest(self, peak: float) -> None:
         """Record the peak of a new leanest plan, reached while no plan fits (the convergence rule's floor)."""

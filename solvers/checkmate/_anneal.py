@@ -6,7 +6,8 @@ second or so). Helper processes, one per further thread (at least one), run in p
 - the first runs the baselines (the best becomes the fallback, and the start of any chain that has
   found nothing that fits yet), then, when none fits a budget near the memory floor, tries to prove
   that nothing does (:mod:`._windows`), then the lower bound of :mod:`remat.solvers.bounds` (LP, then MIP while
-  time allows; highspy stays out of the solve process), then a chain of its own;
+  time allows; highspy stays out of the solve process), then a chain of its own, from the best baseline
+  when one fits (a basin the solve process's chain, from checkpoint-all, can miss);
 - the others run chains with other seeds.
 
 The solve process's chain cools in cycles of doubling length (:meth:`Annealer.run`), so that a solve
@@ -60,10 +61,13 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
             helper.tell(pool.cost)
         return pool.tend(annealer)
 
+    def on_best(cost: float, extras: list[tuple[int, int]]) -> None:
+        ctx.report_chain(cost)
+        pool.offer(cost, extras, "anneal")
+
     try:
         annealer = Annealer(graph, budget, seed=0)
-        annealer.run(ctx, on_best=lambda cost, extras: pool.offer(cost, extras, "anneal"), every=tend,
-                     on_leanest=ctx.report_leanest)
+        annealer.run(ctx, on_best=on_best, every=tend, on_leanest=ctx.report_leanest)
     finally:
         for helper in helpers:
             helper.stop()

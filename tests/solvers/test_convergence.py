@@ -32,6 +32,19 @@ def test_while_no_plan_fits_the_rule_looks_at_the_leanest_plans_peak_over_a_long
     assert not ctx.converged()                                  # a plan: its own trail decides, and it is new
 
 
+def test_a_solve_whose_own_chain_still_improves_has_not_converged() -> None:
+    ctx = SolveContext(convergence=Convergence(window_s=1.0, tolerance=0.01), started=time.monotonic() - 1.0)
+    ctx.report(incumbent_cost=100.0)                            # a helper's plan
+    ctx.report_chain(120.0)                                     # the solve process's chain, behind it
+    ctx.started -= 2.0
+    ctx.report_chain(110.0)                                     # ... improving by 8 % a moment ago
+    assert not ctx.converged()
+    ctx.started -= 2.0
+    assert ctx.converged()                                      # neither has improved for 2 s
+    assert SolveContext(convergence=Convergence(window_s=1.0), started=time.monotonic() - 5.0,
+                        trail=[(0.0, 100.0)]).converged()       # no chain of its own: the best plan decides
+
+
 def test_a_budget_under_every_plan_found_is_answered_once_the_floor_stops_falling() -> None:
     """rl500 at 0.5 of its peak: no plan is known; the solve ends when the leanest plan's peak stops
     falling, well before its limit, and says so."""
