@@ -76,7 +76,9 @@ class Progress:
 @dataclass(frozen=True)
 class Convergence:
     """When a solve may stop before its time limit: its best cost improved by less than ``tolerance``
-    (a fraction of that cost) over the last ``window_s`` seconds; while no plan fits, the peak of the
+    (a fraction of that cost) over the last ``window_s`` seconds, and so did the best of the solve
+    process's own search where it reports one (:meth:`SolveContext.report_chain`: a chain still
+    closing in from behind a helper's plan is not done); while no plan fits, the peak of the
     leanest plan its search reached improved by less than ``tolerance`` over :attr:`floor_window_s`.
 
     An interactive caller would rather have a plan within a fraction of a percent of the last one
