@@ -157,12 +157,15 @@ def brief(job: dict) -> dict:
 
 
 def helper_messages(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30,
-                    explained: float = 0.0) -> list[tuple]:
-    """Everything a checkmate helper process sends for one request (MIP bound at once by default), until it ends."""
+                    explained: float = 0.0, told: float | None = None) -> list[tuple]:
+    """Everything a checkmate helper process sends for one request (MIP bound at once by default), until it
+    ends; ``told``: a best cost the parent tells it of right after the request."""
     proc = subprocess.Popen([sys.executable, "-m", "remat.solvers.checkmate._anneal_worker"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks, explained))
+    if told is not None:
+        write_frame(proc.stdin, ("best", told))
     messages = []
     try:
         while True:

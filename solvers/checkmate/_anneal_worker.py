@@ -77,10 +77,10 @@ LP explains 15 to 55 %; mobilenet at 0.9, proved by the MIP in 2 s, is at 79 %).
 
 MIP_WITHIN = 0.01
 """The MIP also waits until the LP bound is within this fraction of the best plan's cost. The chain
-pauses for the MIP, which cannot close a gap of several points in the time a converged solve takes: the 48-step LSTM at 0.5 of its
-peak (LP 19.9 %, plans 21.5 to 22.5 %: 88 % explained, 2 % of the cost) kept its chain waiting for 15 s
-and gained nothing; the 6-level U-Net at 0.8 (0.3 %) and the LSTM at 0.8 (0.05 %) are proved
-optimal by it in 2.5 and 1.5 s."""
+pauses for the MIP, which cannot close a gap of several points in the time a converged solve takes:
+the 48-step LSTM at 0.5 of its peak (LP 19.9 %, plans 21.5 to 22.5 %: 88 % explained, 2 % of the
+cost) kept its chain waiting for 15 s and gained nothing; the 6-level U-Net at 0.8 (0.3 %) and the
+LSTM at 0.8 (0.05 %) are proved optimal by it in 2.5 and 1.5 s."""
 
 Send = Callable[[tuple[Any, ...]], None]
 

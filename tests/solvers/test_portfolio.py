@@ -109,8 +109,18 @@ def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:
     baseline = next(m for m in messages if m[0] == "baseline")
     plans = [m[1] for m in messages if m[0] == "best"]
     assert best_baseline(g, budget, SolveContext()).cost == baseline[4]
-    assert plans == sorted(plans, reverse=True) and plans[0] <= baseline[4]  # its chain starts from the baseline
+    assert plans == sorted(plans, reverse=True)
     assert max(m[1] for m in messages if m[0] == "bound") <= plans[-1]
+
+
+def test_a_helpers_chain_starts_from_the_best_baseline_though_a_better_plan_is_known() -> None:
+    # Another basin than the solve process's chain, from checkpoint-all: on the 48-step LSTM at 0.5
+    # of its peak, 21.7 % within a second from linearized-greedy's 44 %, against 22.1 % in 5 s.
+    g = benchmark_graph("vgg_unet")
+    budget = resolve_budget(g, budget_ratio=0.7)
+    messages = helper_messages(g.to_json(), budget, ("baselines", "anneal"), time_limit_s=2, told=g.base_cost * 1.001)
+    baseline = next(m for m in messages if m[0] == "baseline")
+    assert next(m for m in messages if m[0] == "best")[1] == baseline[4]  # its first state: the baseline, which fits
 
 
 def test_progress_only_improves_and_bounds_stay_below_the_plan() -> None:
