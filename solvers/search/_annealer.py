@@ -346,8 +346,9 @@ class Annealer:
         stuck = 0
         while self.excess > 0 and stuck < DESCENT_PATIENCE and not ctx.stopped():
             best: tuple[float, list[tuple[int, int]], int] | None = None
+            peaks = self.tl.peaks  # the state's, the same for every candidate of the round
             for _ in range(CANDIDATES):
-                computations = self._relief(self._pick_closure(stuck >= STUCK_ROUNDS))
+                computations = self._relief(self._pick_closure(stuck >= STUCK_ROUNDS), peaks)
                 if not computations:
                     continue
                 self._edit(added=computations)
@@ -372,17 +373,17 @@ class Annealer:
         share = CLOSING_WHEN_STUCK if stuck or (self.best is None and self.moves) else CLOSING_WHEN_OVER
         return self.rng.random() < share
 
-    def _relief(self, closure: bool) -> list[tuple[int, int]] | None:
+    def _relief(self, closure: bool, peaks: np.ndarray | None = None) -> list[tuple[int, int]] | None:
         """Computations that free one value over the peak of a crowded stage, or None if none was found.
 
         Picks a stage over the limit (or, three times in ten and whenever none is, one of the fullest
         tenth, at least ten stages), a value resident at its peak that the peak's node does not
         read, and computes it again at the stage of its next read (or, three times in ten, at a
         stage between the peak and that read), with some deps, or with all deps that are not
-        resident when ``closure``.
+        resident when ``closure``. ``peaks``: the timeline's, when the caller has them.
         """
         tl, rng, n = self.tl, self.rng, self.tl.n
-        peaks = tl.peaks
+        peaks = tl.peaks if peaks is None else peaks
         crowded = np.flatnonzero(peaks > self.limit)
         if crowded.size == 0 or rng.random() < 0.3:
             top = min(n, max(10, n // 10))
