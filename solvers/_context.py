@@ -220,21 +220,24 @@ class SolveContext:
         """Pass a progress snapshot to the sink, if there is one; a message also goes into the log."""
         if message:
             self.log.append(message)
-        if incumbent_cost is not None and (not self.trail or incumbent_cost < self.trail[-1][1]):
-            self.trail.append((self.elapsed_s(), incumbent_cost))
+        if incumbent_cost is not None:
+            self._record(self.trail, incumbent_cost)
         if self.on_progress is not None:
             self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound,
                                       relative_gap(incumbent_cost, lower_bound), message))
 
     def report_chain(self, cost: float) -> None:
         """Record a new best of the solve process's own chain (the convergence rule waits while it improves)."""
-        if not self.chain_trail or cost < self.chain_trail[-1][1]:
-            self.chain_trail.append((self.elapsed_s(), cost))
+        self._record(self.chain_trail, cost)
 
     def report_leanest(self, peak: float) -> None:
         """Record the peak of a new leanest plan, reached while no plan fits (the convergence rule's floor)."""
-        if not self.floor_trail or peak < self.floor_trail[-1][1]:
-            self.floor_trail.append((self.elapsed_s(), peak))
+        self._record(self.floor_trail, peak)
+
+    def _record(self, trail: list[tuple[float, float]], value: float) -> None:
+        """Append ``value`` to ``trail``, with the time, when it is lower than the last."""
+        if not trail or value < trail[-1][1]:
+            trail.append((self.elapsed_s(), value))
 
 
 def relative_gap(cost: float | None, bound: float | None) -> float | None:

@@ -125,10 +125,12 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     reason = ctx.stop_reason
     if reason is StopReason.CONVERGED and ctx.convergence is not None:
         rule = ctx.convergence
-        log.append(f"stopped when converged: the best plan improved by less than {rule.tolerance:.2%} "
-                   f"in {rule.window_s:g} s" if outcome.found else
-                   f"stopped when converged: no plan fits, and the leanest plan's peak fell by less than "
-                   f"{rule.tolerance:.2%} in {rule.floor_window_s:g} s")
+        if outcome.found:
+            log.append(f"stopped when converged: the best plan improved by less than {rule.tolerance:.2%} "
+                       f"in {rule.window_s:g} s")
+        else:
+            log.append(f"stopped when converged: no plan fits, and the leanest plan's peak fell by less than "
+                       f"{rule.tolerance:.2%} in {rule.floor_window_s:g} s")
     if not outcome.found and outcome.leanest is not None:
         result.smallest_peak = simulate_schedule(graph, outcome.leanest).peak_memory
         log.append(f"no plan within the budget; the leanest plan found peaks at {result.smallest_peak} bytes "

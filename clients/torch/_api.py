@@ -176,7 +176,7 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
     CaptureError
         The step cannot be captured as one graph; the message says what stops it and where.
     PlanRejected
-        No plan fits (the message quotes the smallest budget a plan reached), or the plan received
+        No plan fits (the message quotes the leanest plan found), or the plan received
         does not simulate within the budget.
     """
     if result is not None and budget is None and activation_budget is None:

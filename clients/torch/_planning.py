@@ -280,7 +280,7 @@ def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int, joint:
 
 
 def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointGraph | None) -> str:
-    """Why there is no plan, with the smallest budget a plan reached and the floor no plan goes below."""
+    """Why there is no plan, with the leanest plan found (a budget that has one) and the floor no plan goes below."""
 
     def size(total: int) -> str:
         if joint is None:
@@ -292,7 +292,7 @@ def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointG
             f"{size(budget)}.")
     smallest = result.get("smallest_peak")
     if smallest:
-        text += f" The smallest budget a plan reached on this graph is {size(smallest)};"
+        text += f" The leanest plan found peaks at {size(smallest)} (a budget at or above it has a plan);"
     text += f" no plan can go below {size(graph.min_feasible_budget)} (a bound)."
     text += f" Checkpoint-all needs {size(graph.checkpoint_all_peak)}."
     held = 0 if joint is None else joint.fixed["outputs"] + joint.fixed["tangents"]

@@ -293,7 +293,7 @@ class Annealer:
             dropped = self._drop(*self.extras[rng.randrange(len(self.extras))])
         else:
             closure = self._pick_closure()
-            added = self._relief(closure) or []
+            added = self._relief(closure, tl.peaks) or []
             if not added:
                 return False
             self._edit(added=added)
@@ -373,17 +373,17 @@ class Annealer:
         share = CLOSING_WHEN_STUCK if stuck or (self.best is None and self.moves) else CLOSING_WHEN_OVER
         return self.rng.random() < share
 
-    def _relief(self, closure: bool, peaks: np.ndarray | None = None) -> list[tuple[int, int]] | None:
+    def _relief(self, closure: bool, peaks: np.ndarray) -> list[tuple[int, int]] | None:
         """Computations that free one value over the peak of a crowded stage, or None if none was found.
 
         Picks a stage over the limit (or, three times in ten and whenever none is, one of the fullest
         tenth, at least ten stages), a value resident at its peak that the peak's node does not
         read, and computes it again at the stage of its next read (or, three times in ten, at a
         stage between the peak and that read), with some deps, or with all deps that are not
-        resident when ``closure``. ``peaks``: the timeline's, when the caller has them.
+        resident when ``closure``. ``peaks``: the timeline's (a caller trying several reliefs on one
+        state sums them once).
         """
         tl, rng, n = self.tl, self.rng, self.tl.n
-        peaks = tl.peaks if peaks is None else peaks
         crowded = np.flatnonzero(peaks > self.limit)
         if crowded.size == 0 or rng.random() < 0.3:
             top = min(n, max(10, n // 10))

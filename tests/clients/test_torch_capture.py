@@ -216,8 +216,9 @@ def test_a_step_without_a_backward_says_so():
 def test_plans_that_do_not_fit_or_do_not_simulate_are_refused():
     model, inputs, loss_fn = _made("mlp")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
-    with pytest.raises(PlanRejected, match=r"smallest budget a plan reached on this graph is .*; no plan can go "
-                                           r"below .* checkpoint-last's plan peaks at .*, the least of any found"):
+    refusal = (r"The leanest plan found peaks at .* \(a budget at or above it has a plan\); no plan can go below "
+               r".* checkpoint-last's plan peaks at .*, the least of any found")
+    with pytest.raises(PlanRejected, match=refusal):
         rematerialize(model, inputs, budget=graph.min_feasible_budget - 1, strategy="checkpoint-all",
                       loss_fn=loss_fn)
     fits = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn).result
@@ -232,8 +233,9 @@ def test_on_graphs_too_large_for_the_leanest_baseline_the_refusal_quotes_the_str
     monkeypatch.setattr("remat.solvers.baselines._checkpoint.LARGEST_PLAN", 0)  # checkpoint-last declines
     model, inputs, loss_fn = _made("mlp")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
-    with pytest.raises(PlanRejected, match=r"smallest budget a plan reached on this graph is .*; no plan can go "
-                                           r"below .* checkpoint-all's plan peaks at .*, the least of any found"):
+    refusal = (r"The leanest plan found peaks at .* \(a budget at or above it has a plan\); no plan can go below "
+               r".* checkpoint-all's plan peaks at .*, the least of any found")
+    with pytest.raises(PlanRejected, match=refusal):
         rematerialize(model, inputs, budget=graph.min_feasible_budget, strategy="checkpoint-all", loss_fn=loss_fn)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
 from exhaustive import stage_optima
-from factories import BENCHMARK_NAMES, benchmark_graph, chain, random_dags
+from factories import BENCHMARK_DIR, BENCHMARK_NAMES, benchmark_graph, chain, random_dags
 from hypothesis import given, settings
 from processes import helper_messages
 
@@ -98,6 +99,28 @@ def test_on_the_12_block_gpt_at_half_its_peak_the_bound_counts_recomputation_cha
     messages = helper_messages(g.to_json(), resolve_budget(g, budget_ratio=0.5), ("bound",), time_limit_s=10,
                                explained=1.0)
     assert max(value for kind, value, _ in messages if kind == "bound") > 1.13 * g.base_cost
+
+
+LP_RUNGS_SOLVED = """
+import json, sys
+from remat.schedules import Graph, resolve_budget
+from remat.solvers import SolveContext
+from remat.solvers.checkmate import _anneal_worker as worker
+graph = Graph.from_path(sys.argv[1])
+asked, solve = [], worker.retention_bound
+worker.retention_bound = lambda *args, stages, **kwargs: asked.append(stages) or solve(*args, stages=stages, **kwargs)
+worker._lp_bound(graph, resolve_budget(graph, budget_ratio=0.5), SolveContext(time_limit_s=60), lambda _: None)
+print(json.dumps(asked))
+"""
+
+
+def test_the_lp_rungs_stop_at_the_first_that_does_not_raise_the_bound() -> None:
+    # The 48-step LSTM at 0.5: 4 stages bound 19.9 %, 16 stages 19.4 %; 64 stages (18.5 %) took 8 s,
+    # longer than a whole converged solve, and kept the helper's chain waiting.
+    done = subprocess.run([sys.executable, "-c", LP_RUNGS_SOLVED, str(BENCHMARK_DIR / "captured" / "lstm-48.json")],
+                          capture_output=True, text=True, timeout=120)  # highspy stays out of the test process
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [4, 16]
 
 
 def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:
