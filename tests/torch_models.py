@@ -69,7 +69,7 @@ class MLP(nn.Module):
 
 
 def mlp(batch_size: int | None = None, *, width: int = 128, depth: int = 8) -> Any:
-    b = batch_size or 64
+    b = batch_size or 256  # activations about three times the gradients, as in the models people train
     return MLP(width, depth), (torch.randn(b, width), torch.randn(b, width)), _regression
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from remat.schedules import Graph, InvalidRequest, Plan, Simulation, parse_size
 
-from ._backend import PlannedGraph, RematBackend
+from ._backend import AUTO, PlannedGraph, RematBackend
 from ._cache import PlanCache
 from ._capture import DryRun, LossFn, compile_step, explain, split_inputs, tracing
 from ._errors import CaptureError
@@ -108,7 +108,7 @@ class RematModule(nn.Module):
 def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | None = None, *,
                   activation_budget: float | None = None, strategy: str | None = None, server: str | None = None,
                   loss_fn: LossFn | None = None, cost_model: str = "flops", device: str | None = None,
-                  compiler: str = "eager", backward_from: str | int | None = None,
+                  compiler: str = "eager", backward_from: str | int | None = AUTO,
                   transfer: TransferSpec = None, host_budget: int | str | None = None,
                   cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
                   graph: Graph | None = None, result: Mapping[str, Any] | None = None,
@@ -142,13 +142,15 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
         Device profile of the roofline (``"cpu"``, ``"a100"``, ``"h100"``...); default from the tensors.
     compiler : {"eager", "inductor"}
         Run the planned graphs op for op, or compile them with Inductor.
-    backward_from : str or int, optional
-        The one output the backward starts from, when the loop backpropagates that output alone and
-        drops the others before ``backward()`` (``"loss"`` for ``loss = model(**batch).loss``; a
-        position for a tuple). The other outputs (logits, caches) then come back without gradient,
-        so the backward neither allocates nor holds theirs, and they are counted until the end of
-        the forward only (a warning says so if one is still held when the backward starts). By
-        default every output may carry a gradient and is counted until the end of the step.
+    backward_from : str, int or None
+        The output the backward starts from. By default (``"auto"``) the step's loss when it returns
+        one beside other outputs (``model(**batch)`` of a transformers model given labels, whose
+        loop runs ``model(**batch).loss.backward()``): the other outputs (logits, caches) come back
+        without gradient, so the backward neither allocates nor holds theirs, and are counted until
+        the end of the forward, where such a loop drops them (a warning says so if one is still held
+        when the backward starts; backpropagating through one raises). A key or position names that
+        output instead; None lets every output carry a gradient and counts each until the end of
+        the step.
     transfer : str, Transfer or dict, optional
         Let the plan copy values to host memory and back over this device-host link: a name of
         ``remat.schedules.TRANSFER_PROFILES`` (``"pcie5-x16"``...), ``"auto"`` for the link of the
@@ -179,13 +181,10 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
         No plan fits (the message quotes the leanest plan found), or the plan received
         does not simulate within the budget.
     """
-    if result is not None and budget is None and activation_budget is None:
-        budget = int(result.get("budget") or 0)
-    planner = _planner(strategy, transfer, host_budget, server=server, options=solve_options, cache=cache,
-                       progress=progress, given=result)
-    remat_backend = RematBackend(Budget.of(budget, activation_budget), planner, name=type(model).__name__,
-                                 cost_model=cost_model, device=device, compiler=compiler, costs_from=graph,
-                                 backward_from=backward_from, transfer=transfer)
+    remat_backend = _backend(budget, activation_budget, strategy=strategy, server=server, cost_model=cost_model,
+                             device=device, compiler=compiler, backward_from=backward_from, transfer=transfer,
+                             host_budget=host_budget, cache=cache, progress=progress, graph=graph, result=result,
+                             solve_options=solve_options, name=type(model).__name__)
     module = RematModule(model, loss_fn, remat_backend)
     module._plan_for(*split_inputs(example_inputs))
     return module
@@ -193,20 +192,22 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
 
 def backend(budget: int | str | None = None, *, activation_budget: float | None = None, strategy: str | None = None,
             server: str | None = None, cost_model: str = "flops", device: str | None = None,
-            compiler: str = "eager", transfer: TransferSpec = None, host_budget: int | str | None = None,
-            cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
+            compiler: str = "eager", backward_from: str | int | None = AUTO, transfer: TransferSpec = None,
+            host_budget: int | str | None = None, cache: bool | str | os.PathLike[str] | PlanCache = True,
+            progress: bool = True, graph: Graph | None = None, result: Mapping[str, Any] | None = None,
             **solve_options: Any) -> RematBackend:
     """A torch.compile backend that plans every training graph within the budget.
 
     ``torch.compile(model, backend=backend(activation_budget=0.5), fullgraph=True, dynamic=False)``;
-    the arguments are those of :func:`rematerialize`. Its ``planned`` list holds each graph's plan.
-    Compile with ``dynamic=False`` (remat plans static shapes); without ``fullgraph=True`` the graphs
-    of a step share a byte budget in the order they first run (:mod:`remat.clients.torch._backend`).
+    the arguments are those of :func:`rematerialize` (``backward_from="auto"`` finds the loss as the
+    one scalar output with a gradient). Its ``planned`` list holds each graph's plan. Compile with
+    ``dynamic=False`` (remat plans static shapes); without ``fullgraph=True`` the graphs of a step
+    share a byte budget in the order they first run (:mod:`remat.clients.torch._backend`).
     """
-    planner = _planner(strategy, transfer, host_budget, server=server, options=solve_options, cache=cache,
-                       progress=progress)
-    return RematBackend(Budget.of(budget, activation_budget), planner, cost_model=cost_model, device=device,
-                        compiler=compiler, transfer=transfer)
+    return _backend(budget, activation_budget, strategy=strategy, server=server, cost_model=cost_model,
+                    device=device, compiler=compiler, backward_from=backward_from, transfer=transfer,
+                    host_budget=host_budget, cache=cache, progress=progress, graph=graph, result=result,
+                    solve_options=solve_options)
 
 
 def capture(model: nn.Module, example_inputs: Any, *, loss_fn: LossFn | None = None, cost_model: str = "flops",
@@ -254,6 +255,22 @@ def _reraise(e: Exception, what: str) -> None:
     if shown is e:
         raise e
     raise shown from (None if shown is getattr(e, "inner_exception", None) else e)
+
+
+def _backend(budget: int | str | None, activation_budget: float | None, *, strategy: str | None, server: str | None,
+             cost_model: str, device: str | None, compiler: str, backward_from: str | int | None,
+             transfer: TransferSpec, host_budget: int | str | None,
+             cache: bool | str | os.PathLike[str] | PlanCache, progress: bool, graph: Graph | None,
+             result: Mapping[str, Any] | None, solve_options: Mapping[str, Any], name: str = "step") -> RematBackend:
+    """The backend of :func:`rematerialize` and :func:`backend` from their arguments (a ``result`` followed
+    is checked against its own budget unless one is given)."""
+    if result is not None and budget is None and activation_budget is None:
+        budget = int(result.get("budget") or 0)
+    planner = _planner(strategy, transfer, host_budget, server=server, options=solve_options, cache=cache,
+                       progress=progress, given=result)
+    return RematBackend(Budget.of(budget, activation_budget), planner, name=name, cost_model=cost_model,
+                        device=device, compiler=compiler, costs_from=graph, backward_from=backward_from,
+                        transfer=transfer)
 
 
 def _planner(strategy: str | None, transfer: TransferSpec, host_budget: int | str | None, *, server: str | None,

@@ -43,6 +43,9 @@ __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
 COMPILERS = ("eager", "inductor")
 """How the planned graphs run: op for op as planned, or compiled by Inductor."""
 
+AUTO = "auto"
+"""``backward_from`` by default: the step's loss, when it returns one beside other outputs (see :func:`_drop_outputs`)."""
+
 
 @dataclass(frozen=True)
 class PlannedGraph:
@@ -67,7 +70,7 @@ class RematBackend:
 
     def __init__(self, budget: Budget | None, planner: Planner | None, *, name: str = "step",
                  cost_model: str = "flops", device: str | None = None, compiler: str = "eager",
-                 costs_from: Graph | None = None, backward_from: str | int | None = None,
+                 costs_from: Graph | None = None, backward_from: str | int | None = AUTO,
                  transfer: TransferSpec = None) -> None:
         if compiler not in COMPILERS:
             raise InvalidRequest(f"Unknown compiler {compiler!r}; choose one of: {', '.join(COMPILERS)}.",
@@ -92,14 +95,13 @@ class RematBackend:
         """Bytes each planned frame holds while later graphs of the step run, by TorchDynamo frame."""
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        if self.backward_from is not None:
-            _detach_all_but_the_marked(gm, self.backward_from)
-        partition = _Partition(self, example_inputs, _frame_id())
+        dropped = _drop_outputs(gm, self.backward_from)
+        partition = _Partition(self, example_inputs, _frame_id(), drop_outputs=dropped is not None)
         try:
             compiled = self._compile(gm, example_inputs, partition)
         finally:
             partition.args = None  # the example batch is not kept alive by the compiled step
-        return self._stoppable(compiled)
+        return self._stoppable(compiled, dropped or [])
 
     def _compile(self, gm: fx.GraphModule, example_inputs: Sequence[Any], partition: _Partition) -> Callable[..., Any]:
         if self.compiler == "inductor":
@@ -118,17 +120,17 @@ class RematBackend:
         return aot_autograd(fw_compiler=boxed_compiler, bw_compiler=boxed_compiler, partition_fn=partition)(
             gm, example_inputs)
 
-    def _stoppable(self, compiled: Callable[..., Any]) -> Callable[..., Any]:
-        """``compiled``, made to raise DryRun instead of computing while ``dry_run`` is set (and, when the
-        backward starts from one output, to check that the others are gone when it starts)."""
+    def _stoppable(self, compiled: Callable[..., Any], dropped: Sequence[int]) -> Callable[..., Any]:
+        """``compiled``, made to raise DryRun instead of computing while ``dry_run`` is set; the outputs at
+        ``dropped``, returned without gradient, refuse one and are checked to be gone when the backward starts."""
         boxed = getattr(compiled, "_boxed_call", False)
 
         def run(*args: Any) -> Any:
             if self.dry_run:
                 raise DryRun()
             outputs = compiled(*args)
-            if self.backward_from is not None:
-                _watch_dropped_outputs(outputs, self.name, self.backward_from)
+            if dropped and torch.is_grad_enabled():
+                outputs = _guard_dropped_outputs(outputs, dropped, self.name, self.backward_from)
             return outputs
 
         run._boxed_call = boxed  # type: ignore[attr-defined]
@@ -178,10 +180,13 @@ class RematBackend:
 class _Partition:
     """AOTAutograd's ``partition_fn`` for one graph of the backend."""
 
-    def __init__(self, backend: RematBackend, example_inputs: Sequence[Any], frame: int) -> None:
+    def __init__(self, backend: RematBackend, example_inputs: Sequence[Any], frame: int, *,
+                 drop_outputs: bool) -> None:
         self.backend = backend
         self.args: Sequence[Any] | None = list(example_inputs)
         self.frame = frame
+        self.drop_outputs = drop_outputs
+        """Whether the outputs without gradient are dropped after the forward (the backward starts from one)."""
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None,
@@ -195,7 +200,7 @@ class _Partition:
             for i in range(len(primals))
         ]
         joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
-                         drop_outputs=self.backend.backward_from is not None)
+                         drop_outputs=self.drop_outputs, accumulating=_accumulating(args, kinds))
         with unset_fake_temporarily():
             graph = self.backend.costed(joint, args)
         if self.backend.planner is None:
@@ -240,18 +245,35 @@ def _random_ops_once(graph: Graph, joint: JointGraph, result: Mapping[str, Any],
              "log": [*result.get("log", []), note]}, kept, again)
 
 
-def _detach_all_but_the_marked(gm: fx.GraphModule, backward_from: str | int) -> None:
-    """Unmark the output the backward starts from and detach every other output of TorchDynamo's graph."""
+def _drop_outputs(gm: fx.GraphModule, backward_from: str | int | None) -> list[int] | None:
+    """Detach every output of TorchDynamo's graph but the one the backward starts from; the positions of
+    the detached outputs that had a gradient, or None when every output keeps its own.
+
+    The output is the one the step marked (:func:`._capture.backward_start`); unmarked, with
+    ``backward_from="auto"``, the graph's one scalar that has a gradient among others that have one (a
+    loss returned with logits), else none.
+    """
     markers = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is backward_start]
-    if not markers:
-        raise CaptureError(f"backward_from={backward_from!r} names no tensor among the step's outputs (a "
-                           f"transformers model computes its loss only when given labels).")
-    kept = set()
+    kept = {marker.args[0] for marker in markers}
     for marker in markers:
-        kept.add(marker.args[0])
         marker.replace_all_uses_with(marker.args[0])
         gm.graph.erase_node(marker)
     output = next(iter(gm.graph.find_nodes(op="output")))
+    values = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    if not kept and backward_from == AUTO:
+        kept = _lone_loss(values)
+    if not kept:
+        if backward_from not in (None, AUTO):
+            raise CaptureError(f"backward_from={backward_from!r} names no tensor among the step's outputs (a "
+                               f"transformers model computes its loss only when given labels).")
+        gm.recompile()
+        return None
+
+    def with_gradient(node: Any) -> bool:
+        value = node.meta.get("example_value") if isinstance(node, fx.Node) else None
+        return isinstance(value, torch.Tensor) and value.requires_grad
+
+    dropped = [i for i, node in enumerate(values) if node not in kept and with_gradient(node)]
 
     def detach(node: fx.Node) -> fx.Node:
         if node in kept or not isinstance(node.meta.get("example_value"), torch.Tensor):
@@ -263,26 +285,69 @@ def _detach_all_but_the_marked(gm: fx.GraphModule, backward_from: str | int) -> 
 
     output.args = fx.node.map_arg(output.args, detach)
     gm.recompile()
+    return dropped
 
 
-def _watch_dropped_outputs(outputs: Sequence[Any], name: str, backward_from: str | int) -> None:
-    """Warn, when the backward starts, if outputs without gradient are still held: the plan counted them
-    until the end of the forward only."""
-    dropped = [weakref.ref(t) for t in outputs if isinstance(t, torch.Tensor) and not t.requires_grad]
-    starts = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    if not dropped or not starts:
-        return
+def _lone_loss(values: Sequence[Any]) -> set[fx.Node]:
+    """The one scalar output with a gradient, when other outputs have one too (a loss beside logits); else none."""
+    with_gradient = [n for n in values if isinstance(n, fx.Node)
+                     and isinstance(n.meta.get("example_value"), torch.Tensor) and n.meta["example_value"].requires_grad]
+    scalars = [n for n in with_gradient if n.meta["example_value"].dim() == 0]
+    return {scalars[0]} if len(scalars) == 1 and len(with_gradient) > 1 else set()
+
+
+class _NoGradient(torch.autograd.Function):
+    """An output the plan returns without gradient: a view of it whose backward says so, instead of a silently
+    missing term in the gradients (``anchor`` is a tensor that requires grad, so that the view does too)."""
+
+    @staticmethod
+    def forward(ctx: Any, value: torch.Tensor, anchor: torch.Tensor, message: str) -> torch.Tensor:
+        ctx.message = message
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise PlanRejected(ctx.message)
+
+
+_ANCHOR = torch.zeros((), requires_grad=True)
+
+
+def _guard_dropped_outputs(outputs: Sequence[Any], dropped: Sequence[int], name: str,
+                           backward_from: str | int | None) -> list[Any]:
+    """``outputs`` with those at ``dropped`` made to refuse a gradient; a warning if one is still held when the
+    backward starts (the plan counts them until the end of the forward only)."""
+    start = "its loss" if backward_from == AUTO else f"its output {backward_from!r}"
+    refusal = (f"{name}: the backward of this step was planned from {start} alone, so its other outputs come "
+               f"without gradient; to backpropagate through them too, plan with backward_from=None.")
+    guarded = list(outputs)
+    for i in dropped:
+        if isinstance(guarded[i], torch.Tensor):
+            guarded[i] = _NoGradient.apply(guarded[i], _ANCHOR, refusal)
+    watched = [weakref.ref(guarded[i]) for i in dropped if isinstance(guarded[i], torch.Tensor)]
+    starts = [t.grad_fn for k, t in enumerate(guarded)
+              if k not in dropped and isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if not watched or not starts:
+        return guarded
 
     def check(_: Any) -> None:
-        held = [t for t in (ref() for ref in dropped) if t is not None]
+        held = [t for t in (ref() for ref in watched) if t is not None]
         if held:
             size = format_size(sum(t.untyped_storage().nbytes() for t in held))
-            warnings.warn(f"{name}: {len(held)} outputs besides {backward_from!r} ({size}) were still held when the "
-                          f"backward started; the plan counts them until the end of the forward only, so the step "
-                          f"holds up to {size} more than planned. Drop them before backward(), as in "
-                          f"loss = model(**batch).loss, or leave backward_from unset.", ResourceWarning, stacklevel=2)
+            warnings.warn(f"{name}: {len(held)} outputs besides {start} ({size}) were still held when the backward "
+                          f"started; the plan counts them until the end of the forward only, so the step holds up "
+                          f"to {size} more than planned. Drop them before backward(), as in "
+                          f"loss = model(**batch).loss, or plan with backward_from=None.", ResourceWarning,
+                          stacklevel=2)
 
     starts[0].register_prehook(check)
+    return guarded
+
+
+def _accumulating(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> bool:
+    """Whether the step adds into gradients its parameters already hold (gradient accumulation)."""
+    return args is not None and any(k == "parameter" and getattr(a, "grad", None) is not None
+                                    for a, k in zip(args, kinds, strict=True))
 
 
 def _frame_id() -> int:

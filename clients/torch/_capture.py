@@ -72,16 +72,19 @@ def compile_step(model: nn.Module, loss_fn: LossFn | None, backend: Callable[...
                  backward_from: str | int | None = None) -> Callable[..., Any]:
     """The training step, ``model(...)`` or ``loss_fn(model, ...)``, compiled as one static graph by ``backend``.
 
-    With ``backward_from`` (a key or attribute of the output, such as ``"loss"``, or a position in
-    an output tuple), that output is marked with :func:`backward_start` for the backend.
+    With ``backward_from`` (a key of the output, such as ``"loss"``, or a position in an output tuple),
+    that output is marked with :func:`backward_start` for the backend; ``"auto"`` marks the key
+    ``"loss"`` where the output has one (the backend then decides, :func:`._backend._drop_outputs`).
 
     TorchDynamo keeps compiled graphs (and its limit on recompilations) on the code object of the
     function it compiles, so each step gets a code object of its own: steps of other models or
     budgets never share or evict each other's graphs.
     """
+    mark = "loss" if backward_from == "auto" else backward_from
+
     def step(*args: Any, **kwargs: Any) -> Any:
         out = model(*args, **kwargs) if loss_fn is None else loss_fn(model, *args, **kwargs)
-        return out if backward_from is None else _mark(out, backward_from)
+        return out if mark is None else _mark(out, mark)
 
     own = types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__, step.__defaults__,
                              step.__closure__)

@@ -14,11 +14,17 @@ both resident, that output is counted twice, so a plan never holds less than the
 
 What stays resident through the step is fixed memory, not a node: parameters, buffers, inputs and
 tensor constants; the step's outputs and their gradients (tangents), held from the forward to the
-end of the backward; the parameters' gradients; saved random states and copies of inputs the step
-updates in place. A producer of a value the step returns holds nothing more (its node has no
-memory, and a plan that computes it again reuses the first value); a producer that returns such a
-value besides others (batch norm's new running statistics) counts all its outputs, since computing
-it again allocates them all.
+end of the backward; saved random states and copies of inputs the step updates in place; and,
+when the step adds into gradients the parameters already hold (gradient accumulation), those.
+A producer of a value the step returns holds nothing more (its node has no memory, and a plan that
+computes it again reuses the first value); a producer that returns such a value besides others
+(batch norm's new running statistics) counts all its outputs, since computing it again allocates
+them all.
+
+The parameters' new gradients are not fixed memory: the backward allocates each where it computes
+it, and returns them all at its end (autograd then hands them to ``.grad``). Their producers hold
+their bytes like any other node, and the last node, STEP_END, reads them all, so a plan keeps every
+gradient from where it is made to the end of the step.
 
 Sizes come from the fake tensors of the trace, which match what kernels allocate, with one
 exception found so far: on the CPU, ``aten.mse_loss`` returns its scalar inside its whole
@@ -43,18 +49,26 @@ from remat.schedules import Graph, Kind, Node
 
 from ._errors import CaptureError
 
-__all__ = ["FORWARD_END", "InputKind", "JointGraph", "Producer", "describe", "first_output"]
+__all__ = ["FORWARD_END", "STEP_END", "InputKind", "JointGraph", "Producer", "describe", "first_output"]
 
 FORWARD_END = "<forward outputs>"
 """The node that ends the forward when outputs are dropped after it: it reads them all, so a plan keeps
 them until then (it computes nothing; a name no FX node has)."""
+
+STEP_END = "<gradients>"
+"""The node that ends the step: it reads every gradient the backward returns, so a plan keeps each from
+where it is made to the end (it computes nothing; a name no FX node has)."""
+
+MARKERS = (FORWARD_END, STEP_END)
+"""Nodes that compute nothing: they only mark where a plan must still hold what they read."""
 
 InputKind = Literal["parameter", "buffer", "input"]
 """What a primal input of the joint graph is: a parameter, a buffer (module state) or a step input."""
 
 RESIDENT = ("parameters", "buffers", "inputs", "constants", "gradients")
 """The parts of fixed memory a step holds whether or not it rematerializes: its state, its inputs and
-the parameters' gradients. The rest of a step's peak is its activation memory."""
+the gradients the parameters already hold (when the step accumulates into them). The rest of a step's
+peak is its activation memory, the new gradients included."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +90,8 @@ class Producer:
     @property
     def runs_an_op(self) -> bool:
         """Whether computing it runs an op of its own; the others take an output out of one, or mark the
-        end of the forward, at no cost."""
-        return self.output_of is None and self.name != FORWARD_END
+        end of the forward or of the step, at no cost."""
+        return self.output_of is None and self.name not in MARKERS
 
 
 @dataclass(frozen=True)
@@ -151,13 +165,15 @@ class JointGraph:
 
 
 def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Sequence[InputKind], name: str,
-             drop_outputs: bool = False) -> JointGraph:
+             drop_outputs: bool = False, accumulating: bool = False) -> JointGraph:
     """The producer view of AOTAutograd's joint graph ``gm``.
 
     ``input_kinds`` says what each primal (non-tangent) placeholder is, in order. With
     ``drop_outputs``, the step's outputs without gradient are held until the end of the forward only
     (the caller drops them before the backward); else every output is held to the end of the step.
-    Raises CaptureError for graphs remat cannot plan (symbolic shapes, values of unknown size).
+    With ``accumulating``, the parameters already hold gradients that the step adds into: they are
+    fixed memory (the new gradients are nodes either way). Raises CaptureError for graphs remat cannot
+    plan (symbolic shapes, values of unknown size).
     """
     graph = gm.graph
     for node in graph.nodes:
@@ -181,9 +197,9 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
     sources = [*placeholders, *constants]
     gradients = _pinned_storages(outputs[num_forward_outputs:], sources, {})
     kept = [o for i, o in enumerate(outputs[:num_forward_outputs]) if i not in dropped]
-    pinned = _pinned_storages(kept, sources, gradients)
+    pinned = _pinned_storages(kept, sources, {})
     backward = _tangent_dependent(graph, tangents)
-    kept_apart = _outputs_kept_apart(graph, backward, pinned)
+    kept_apart = _outputs_kept_apart(graph, backward, pinned, gradients)
 
     returned = _returned_values(graph, outputs[:num_forward_outputs], pinned)
     parent: dict[str, str] = {}
@@ -235,9 +251,13 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
                        deps=tuple(dict.fromkeys(r for r in ends if r not in leaves)))
         producers.insert(_end_of_forward(producers, [o.name for o in outputs[:num_forward_outputs] if o is not None],
                                          root), end)
+    made = {p.name for p in producers}
+    grads = [root.get(o.name, o.name) for o in outputs[num_forward_outputs:] if o is not None]
+    producers.append(Producer(name=STEP_END, op="end of the step", memory=0, kind="backward", rng=False,
+                              deps=tuple(dict.fromkeys(r for r in grads if r in made))))
     rng_states = {n.name: _rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n)}
-    fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned, gradients, sum(rng_states.values()),
-                          mutated_inputs)
+    fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned,
+                          sum(gradients.values()) if accumulating else 0, sum(rng_states.values()), mutated_inputs)
     return JointGraph(
         module=gm,
         name=name,
@@ -343,14 +363,17 @@ def _tangent_dependent(graph: fx.Graph, tangents: Sequence[fx.Node]) -> set[str]
     return reached
 
 
-def _outputs_kept_apart(graph: fx.Graph, backward: set[str], pinned: Mapping[StorageWeakRef, int]) -> set[str]:
+def _outputs_kept_apart(graph: fx.Graph, backward: set[str], pinned: Mapping[StorageWeakRef, int],
+                        gradients: Mapping[StorageWeakRef, int]) -> set[str]:
     """The ``getitem`` s that take an output of a multi-output op as a value of its own.
 
-    Only worth it when the op can go before its other outputs: its main output (the largest that only
-    the forward reads) stays the op's own, and every other output that some op reads and that the step
-    does not return becomes a value of its own. Where every output is read by the backward (max
-    pooling's output and indices), they stay together: none could go sooner, and the values of their
-    own would be counted twice.
+    A gradient among other outputs (a weight's gradient beside the input's) is always one: it is held
+    to the end of the step, its siblings only until their last reader. Other outputs are only worth
+    it when the op can go before them: its main output (the largest that only the forward reads)
+    stays the op's own, and every other output that some op reads and that the step does not return
+    becomes a value of its own. Where every output is read by the backward (max pooling's output and
+    indices), they stay together: none could go sooner, and the values of their own would be counted
+    twice.
     """
     apart: set[str] = set()
     for node in graph.nodes:
@@ -363,12 +386,28 @@ def _outputs_kept_apart(graph: fx.Graph, backward: set[str], pinned: Mapping[Sto
             continue
         if len({s[0][0] for s in storages}) != len(storages):
             continue  # outputs sharing a storage stay together
-        read = [u for u, s in zip(items, storages, strict=True) if u.users and s[0][0] not in pinned]
-        forward_only = [u for u in read if all(r.name not in backward for r in u.users)]
+        grads = [u for u, s in zip(items, storages, strict=True) if s[0][0] in gradients]
+        if len(grads) < len(items):
+            apart.update(u.name for u in grads)
+        read = [u for u, s in zip(items, storages, strict=True)
+                if u.users and s[0][0] not in pinned and s[0][0] not in gradients]
+        forward_only = [u for u in read if all(r.name not in backward for r in _readers(u))]
         if forward_only:
             main = max(forward_only, key=lambda u: _bytes(val[u.args[1]]))
             apart.update(u.name for u in read if u is not main)
     return apart
+
+
+def _readers(node: fx.Node) -> list[fx.Node]:
+    """The nodes that read ``node``'s storage: its users, and through views of it, theirs."""
+    storage = {s for s, _ in _storages(node.meta.get("val"))}
+    readers, todo = [], list(node.users)
+    while todo:
+        user = todo.pop()
+        readers.append(user)
+        if user.op == "call_function" and storage and {s for s, _ in _storages(user.meta.get("val"))} <= storage:
+            todo.extend(user.users)
+    return readers
 
 
 def _returned_values(graph: fx.Graph, forward_outputs: Sequence[fx.Node | None],
@@ -406,13 +445,14 @@ def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Nod
 
 
 def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], constants: Sequence[fx.Node],
-                  tangents: Sequence[fx.Node], pinned: Mapping[StorageWeakRef, int],
-                  gradients: Mapping[StorageWeakRef, int], rng_states: int,
-                  mutated: Sequence[fx.Node]) -> dict[str, int]:
+                  tangents: Sequence[fx.Node], pinned: Mapping[StorageWeakRef, int], gradients: int,
+                  rng_states: int, mutated: Sequence[fx.Node]) -> dict[str, int]:
     """Resident bytes by category; each storage counted once (tied weights share one).
 
-    ``mutated_copies`` are the copies of updated inputs a backward recomputation may read,
-    ``rng_states`` the generator states a replayed random op keeps: both bounds, rarely all used.
+    ``gradients`` are those the parameters hold before the step (0 unless it accumulates into them),
+    ``outputs`` the storages of the step's outputs held to its end (``pinned``); ``mutated_copies``
+    are the copies of updated inputs a backward recomputation may read, ``rng_states`` the generator
+    states a replayed random op keeps: both bounds, rarely all used.
     """
     seen: set[StorageWeakRef] = set()
 
@@ -434,8 +474,8 @@ def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], consta
         "inputs": total(of_kind("input")),
         "constants": total(constants),
         "tangents": total(tangents),
-        "gradients": sum(gradients.values()),
-        "outputs": sum(pinned.values()) - sum(gradients.values()),
+        "gradients": gradients,
+        "outputs": sum(pinned.values()),
         "rng_states": rng_states,
         "mutated_copies": sum(b for n in mutated for _, b in _storages(n.meta.get("val"))),
     }

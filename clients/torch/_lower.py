@@ -33,7 +33,7 @@ from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 from remat.schedules import Graph, Plan, Timing
 
 from ._errors import PlanRejected
-from ._joint import FORWARD_END, JointGraph, first_output
+from ._joint import FORWARD_END, MARKERS, STEP_END, JointGraph, first_output
 from ._offload import HostCopies, effect_points
 
 __all__ = ["boxed_compiler", "lower", "release", "split_point"]
@@ -218,7 +218,9 @@ class _Phase:
             if op == "compute":
                 self._flush_frees()
                 self._transfers_due(k)
-            if name == FORWARD_END:  # computes nothing; what it reads is returned from where it lives
+            if name in MARKERS:  # computes nothing; what it reads is returned from where it lives
+                if name == STEP_END and op == "compute":
+                    self._capture_gradients()
                 self.computed.add(name)
                 continue
             if op == "free":
@@ -463,6 +465,12 @@ class _Phase:
         for i in self._outputs_of.get(name, ()):
             self.captured[i] = self._live(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
 
+    def _capture_gradients(self) -> None:
+        """Hold the gradients the step returns as they are at its end (the plan may have made one twice)."""
+        for i in range(self.joint.num_forward_outputs, len(self.joint.outputs)):
+            if self.joint.outputs[i] is not None:
+                self.captured[i] = self._arg(self.nodes[self.joint.outputs[i]])  # type: ignore[index]
+
     def output_value(self, i: int) -> fx.Node:
         """The node for the joint graph's output ``i`` at the end of this phase."""
         if i in self.captured:
@@ -518,10 +526,11 @@ def _fake_rng_state(node: fx.Node) -> torch.Tensor:
 
 
 def _outputs_by_root(joint: JointGraph) -> dict[str, list[int]]:
-    """For each producer, the indices of the joint outputs held from its first instance: those that live
-    in its storage, but for outputs dropped after the forward, returned as they are at its end."""
+    """For each producer, the indices of the forward outputs held from its first instance: those that live
+    in its storage, but for outputs dropped after the forward, returned as they are at its end (and the
+    gradients, returned as they are at the end of the step)."""
     out: dict[str, list[int]] = {}
-    for i, name in enumerate(joint.outputs):
+    for i, name in enumerate(joint.outputs[:joint.num_forward_outputs]):
         if name is not None and i not in joint.dropped:
             out.setdefault(joint.root.get(name, name), []).append(i)
     return out

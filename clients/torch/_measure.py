@@ -173,12 +173,12 @@ def _empty_strided_cpu(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tens
 
 
 def activation_peak(step: Callable[[], Any], parameters: Iterable[torch.Tensor]) -> int:
-    """Peak bytes one training step adds to what is resident before it, gradients left out on the CPU.
+    """Peak bytes one training step adds to what is resident before it: activations and new gradients.
 
-    ``step`` runs forward and backward (``.grad`` of ``parameters`` should be None before it). On
-    the CPU the count is exact (:class:`LiveBytes`), with the step's gradients treated as fixed
-    memory as remat's graphs do; on CUDA it is the allocator's peak above the bytes allocated
-    before the step, gradients included.
+    ``step`` runs forward and backward (``.grad`` of ``parameters`` None before it, or the gradients it
+    adds into count as resident). On the CPU the count is exact (:class:`LiveBytes`); on CUDA it is the
+    allocator's peak above the bytes allocated before the step. Either way it is what a plan's peak
+    less the step's resident memory (``joint.resident_memory``) promises.
     """
     parameters = list(parameters)
     device = parameters[0].device if parameters else torch.device("cpu")
@@ -191,7 +191,7 @@ def activation_peak(step: Callable[[], Any], parameters: Iterable[torch.Tensor])
         return int(torch.cuda.max_memory_allocated(device) - base)
     with LiveBytes() as live:
         step()
-    return live.peak_excluding(p.grad for p in parameters)
+    return live.peak
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ parameters, when it copies values to host memory) and refused unless it fits.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -239,13 +240,44 @@ def computing_random_ops_once(graph: Graph, plan: Plan) -> Plan:
 
 
 def simulate_as_run(graph: Graph, joint: JointGraph, plan: Plan, *, transfer: Transfer | None = None) -> Simulation:
-    """Simulate ``plan`` with the fixed memory its step holds when run: a random op's state is saved only when
-    the plan computes the op again (the graph counts every random op's, a bound made before there is a plan)."""
+    """Simulate ``plan`` with the memory its step holds when run, where the graph counts bounds made before there
+    is a plan: a random op's state is saved only when the plan computes the op again, and an output kept apart
+    from its op (:class:`~._joint.Producer`'s ``output_of``) is one storage with it while both are resident."""
     computes = Counter(v for op, v in plan.steps if op == "compute")
     fixed = joint.fixed_memory_replaying(graph.nodes[v].id for v, times in computes.items() if times > 1)
     if fixed != graph.fixed_memory:
         graph = Graph(graph.nodes, name=graph.name, fixed_memory=fixed, cost_unit=graph.cost_unit)
-    return simulate(graph, plan, transfer=transfer)
+    simulation = simulate(graph, plan, transfer=transfer)
+    return simulation if simulation.timing is not None else _counting_parts_once(graph, joint, plan, simulation)
+
+
+def _counting_parts_once(graph: Graph, joint: JointGraph, plan: Plan, simulation: Simulation) -> Simulation:
+    """``simulation`` (in order, without transfers) with each output kept apart counted once while its op is
+    resident too: the op's node holds that output's bytes already."""
+    position = graph.index
+    owner = {position[p.name]: position[p.output_of] for p in joint.producers if p.output_of is not None}
+    if not owner:
+        return simulation
+    parts: dict[int, list[int]] = {}
+    for part, op in owner.items():
+        parts.setdefault(op, []).append(part)
+    resident: set[int] = set()
+    shared = 0
+    timeline = simulation.timeline.copy()
+    for k, (op, v) in enumerate(plan.steps):
+        overlap = [u for u in parts.get(v, ()) if u in resident] + [v] * (owner.get(v, -1) in resident)
+        change = sum(graph.nodes[u].memory for u in overlap)
+        if op == "compute":
+            resident.add(v)
+            shared += change
+        else:
+            resident.discard(v)
+            shared -= change
+        timeline[k] -= shared
+    after_computes = [k for k, (op, _) in enumerate(plan.steps) if op == "compute"]
+    peak_step = max(after_computes, key=lambda k: (timeline[k], -k))
+    return dataclasses.replace(simulation, peak_memory=int(timeline[peak_step]), peak_step=peak_step,
+                               timeline=timeline)
 
 
 def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int, joint: JointGraph | None = None,

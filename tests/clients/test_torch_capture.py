@@ -5,6 +5,7 @@ tensor constants, logging); clear errors that name what stops the capture and wh
 from __future__ import annotations
 
 import json
+import math
 import logging
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from torch_models import MODELS  # noqa: E402
 
 from remat.clients.cli import main  # noqa: E402
 from remat.clients.torch import CaptureError, PlanRejected, capture, export_graph, rematerialize  # noqa: E402
+from remat.clients.torch._joint import STEP_END  # noqa: E402
 from remat.schedules import Graph  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -35,7 +37,9 @@ def test_export_keeps_producers_and_folds_views_and_getitems():
     joint, graph = capture(model, inputs, loss_fn=loss_fn)
     calls = [n for n in joint.module.graph.nodes if n.op == "call_function"]
     assert {p.name for p in joint.producers}.isdisjoint(joint.parent)
-    assert len(joint.producers) + len(joint.parent) == len(calls)
+    markers = [p for p in joint.producers if not p.runs_an_op and not p.output_of]
+    assert [p.name for p in markers] == [STEP_END]  # the step's end, holding every gradient until then
+    assert len(joint.producers) - len(markers) + len(joint.parent) == len(calls)
     assert not any(p.op.startswith(_VIEW_OPS) for p in joint.producers)
     assert all(p.op.endswith("]") and p.memory > 0 for p in joint.producers if p.output_of)
     assert any(c.target.__name__ == "getitem" for c in calls if c.name in joint.parent)
@@ -56,14 +60,24 @@ def test_memory_is_output_storage_and_fixed_memory_is_what_stays():
 
     fixed = joint.fixed
     params = sum(p.numel() * 4 for p in model.parameters())
-    assert fixed["parameters"] == params and fixed["gradients"] == params
+    assert fixed["parameters"] == params and fixed["gradients"] == 0
     assert fixed["inputs"] == x.numel() * 4 + y.numel() * 4
     assert fixed["outputs"] == 4 and fixed["tangents"] == 4
     assert graph.fixed_memory == sum(fixed.values())
-    assert joint.resident_memory == 2 * params + fixed["inputs"]
-    # Gradients are fixed memory: the nodes that make them hold nothing extra.
-    assert sum(n.memory for n in graph.nodes if n.kind == "backward" and n.meta["op"] == "aten.mm.default") \
-        == activation * (len(model.layers) - 1)
+    assert joint.resident_memory == params + fixed["inputs"]
+    # The gradients are made by the backward (a weight's by a matmul, a bias's by a sum) and held to the end.
+    end = graph.nodes[-1]
+    assert end.id == STEP_END and end.memory == 0 and end.kind == "backward"
+    assert sum(graph.nodes[u].memory for u in end.deps) == params
+
+
+def test_gradients_the_parameters_already_hold_are_fixed_memory():
+    model, (x, y), loss_fn = _made("mlp")
+    loss_fn(model, x, y).backward()  # a step of gradient accumulation adds into these
+    joint, graph = capture(model, (x, y), loss_fn=loss_fn)
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert joint.fixed["gradients"] == params and joint.resident_memory == 2 * params + joint.fixed["inputs"]
+    assert sum(graph.nodes[u].memory for u in graph.nodes[-1].deps) == params  # the new ones, made as before
 
 
 def test_tied_weights_are_one_parameter_and_one_gradient():
@@ -77,9 +91,10 @@ def test_tied_weights_are_one_parameter_and_one_gradient():
         def forward(self, idx):
             return self.head(torch.tanh(self.embed(idx))).logsumexp(-1).mean()
 
-    joint, _ = capture(Tied(), (torch.randint(0, 50, (4, 8)),))
+    joint, graph = capture(Tied(), (torch.randint(0, 50, (4, 8)),))
     assert joint.fixed["parameters"] == 50 * 16 * 4
-    assert joint.fixed["gradients"] == 50 * 16 * 4
+    gradients = graph.nodes[-1].deps
+    assert len(gradients) == 1 and graph.nodes[gradients[0]].memory == 50 * 16 * 4
 
 
 def test_each_output_of_a_multi_output_op_has_its_own_lifetime():
@@ -240,7 +255,7 @@ def test_on_graphs_too_large_for_the_leanest_baseline_the_refusal_quotes_the_str
 
 
 def test_a_budget_the_strategy_misses_gets_the_plan_of_the_leanest_baseline():
-    model, inputs, loss_fn = _made("resnet")
+    model, inputs, loss_fn = _made("lstm")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
     leanest = rematerialize(model, inputs, budget=graph.checkpoint_all_peak, loss_fn=loss_fn,
                             strategy="checkpoint-last")
@@ -256,10 +271,10 @@ def test_budgets_are_bytes_or_a_fraction_of_the_activation_memory():
         rematerialize(model, inputs, loss_fn=loss_fn)
     with pytest.raises(Exception, match=r"activation_budget must be a fraction in \(0, 1\]"):
         rematerialize(model, inputs, activation_budget=1.5, loss_fn=loss_fn)
-    half = rematerialize(model, inputs, activation_budget=0.5, loss_fn=loss_fn, time_limit_s=20)
-    planned = half.plans[0]
+    part = rematerialize(model, inputs, activation_budget=0.7, loss_fn=loss_fn, time_limit_s=20)
+    planned = part.plans[0]
     activation = planned.graph.checkpoint_all_peak - planned.joint.resident_memory
-    assert planned.budget == planned.joint.resident_memory + -(-activation // 2)
+    assert planned.budget == planned.joint.resident_memory + math.ceil(0.7 * activation)
     assert planned.simulation.peak_memory <= planned.budget
 
 
