@@ -42,7 +42,7 @@ def _text_model(name: str) -> torch.nn.Module:
     return model.train()
 
 
-def _batch(batch: int = 2, length: int = 32) -> dict[str, torch.Tensor]:
+def _batch(batch: int = 4, length: int = 64) -> dict[str, torch.Tensor]:
     """Token ids with a padding mask (the second sequence padded) and labels, as a tokenizer and collator give."""
     ids = torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
@@ -98,8 +98,8 @@ def test_a_diffusion_unet_trains_with_its_loss_computed_outside():
         norm_num_groups=8, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16, attention_head_dim=4).train()
     ref = copy.deepcopy(unet)
-    latents, text = torch.randn(2, 4, 8, 8), torch.randn(2, 5, 16)
-    timesteps, noise = torch.tensor([3, 700]), torch.randn(2, 4, 8, 8)
+    latents, text = torch.randn(4, 4, 16, 16), torch.randn(4, 5, 16)
+    timesteps, noise = torch.tensor([3, 700, 20, 400]), torch.randn(4, 4, 16, 16)
     rm = rematerialize(unet, (latents, timesteps, text), activation_budget=0.5)
     assert rm.simulation.recomputations > 0
 
@@ -155,17 +155,20 @@ def test_inductor_keeps_the_plans_recomputations():
     assert len(re.findall(r"extern_kernels\.bmm\(", kernels)) == batched
 
 
-def test_backward_from_the_loss_returns_the_other_outputs_without_gradient_and_counts_them_less():
+def test_the_backward_starts_from_the_loss_by_default_and_the_other_outputs_refuse_a_gradient():
     model = _text_model("gpt2")
     ref = copy.deepcopy(model)
     batch = _batch()
-    every_output = rematerialize(copy.deepcopy(model), batch, activation_budget=1.0, strategy="checkpoint-all")
-    rm = rematerialize(model, batch, activation_budget=0.4, backward_from="loss")
+    every_output = rematerialize(copy.deepcopy(model), batch, activation_budget=1.0, strategy="checkpoint-all",
+                                 backward_from=None)
+    rm = rematerialize(model, batch, activation_budget=0.4)
     assert rm.fixed["tangents"] == rm.fixed["outputs"] == 4  # the loss alone
-    assert every_output.fixed["tangents"] > 2 * 32 * VOCAB * 4  # the logits' gradient, and the caches'
+    assert every_output.fixed["tangents"] > 4 * 64 * VOCAB * 4  # the logits' gradient, and the caches'
     assert rm.graph.min_feasible_budget < every_output.graph.min_feasible_budget
     out = rm(**batch)
-    assert out.loss.requires_grad and not out.logits.requires_grad
+    assert out.loss.requires_grad
+    with pytest.raises(Exception, match="planned from its loss alone, so its other outputs come without gradient"):
+        (out.loss + out.logits.mean()).backward()  # never a silently missing term in the gradients
     del out
 
     _check_equal_training(rm, ref, lambda m: _step(m, batch))
@@ -174,9 +177,12 @@ def test_backward_from_the_loss_returns_the_other_outputs_without_gradient_and_c
     planned = rm.plans[0]
     assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory <= planned.budget
 
-    with pytest.warns(ResourceWarning, match=r"outputs besides 'loss' \(.*\) were still held when the backward"):
+    with pytest.warns(ResourceWarning, match=r"outputs besides its loss \(.*\) were still held when the backward"):
         kept = rm(**batch)
         kept.loss.backward()
     unlabelled = {k: v for k, v in batch.items() if k != "labels"}
     with pytest.raises(Exception, match="backward_from='loss' names no tensor among the step's outputs"):
         rematerialize(_text_model("gpt2"), unlabelled, activation_budget=0.5, backward_from="loss")
+    # without labels there is no loss: every output may carry a gradient, as the loop computes one outside
+    logits_only = rematerialize(_text_model("gpt2"), unlabelled, activation_budget=1.0, strategy="checkpoint-all")
+    assert logits_only.fixed["tangents"] == every_output.fixed["tangents"] - 4

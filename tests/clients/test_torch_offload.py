@@ -93,7 +93,7 @@ def _train(loss, model, ref, expected) -> list[tuple[int, int]]:
         else:
             with LiveBytes() as live:
                 value = run()
-            measured.append((live.peak_excluding(p.grad for p in model.parameters()), live.host_peak))
+            measured.append((live.peak, live.host_peak))
         torch.manual_seed(step)
         reference = expected()
         reference.backward()
@@ -117,12 +117,14 @@ def test_a_transformer_trains_with_an_offload_plan(offloading):
     assert planned.simulation.peak_memory < 0.5 * rm.graph.checkpoint_all_peak
 
     # The graph counts a saved random state for each dropout (a bound made before there is a plan); this
-    # plan computes each once and is simulated as run, without them. Its device bytes are measured to the byte.
+    # plan computes each once and is simulated as run, without them. Its device bytes are measured to within
+    # a layer norm's weight and bias gradients (counted with the op while both live, a bound of the graph).
     assert planned.joint.fixed["rng_states"] > 0
     bound = simulate(planned.graph, planned.plan, transfer=Transfer.from_json(planned.result["transfer"]))
     assert planned.simulation.peak_memory == bound.peak_memory - planned.joint.fixed["rng_states"]
+    activations = planned.simulation.peak_memory - planned.joint.resident_memory
     for device, host in _train(lambda: rm(*inputs), model, ref, lambda: loss_fn(ref, *inputs)):
-        assert device == planned.simulation.peak_memory - planned.joint.resident_memory
+        assert activations - 2 * 32 * 4 <= device <= activations
         assert host == planned.simulation.host_peak_memory > 0
 
 
@@ -139,8 +141,8 @@ def test_gpt2_from_transformers_trains_with_an_offload_plan(offloading):
     planned = rm.plans[0]
     assert planned.plan.has_transfers
 
-    # Less where a layer norm's saved statistics are counted twice (with the op while both live, a bound
-    # of the graph) when the peak comes.
+    # Less where a layer norm's saved statistics or gradients are counted twice (with the op while both
+    # live, a bound of the graph) when the peak comes.
     activations = planned.simulation.peak_memory - planned.joint.resident_memory
     for device, host in _train(lambda: rm(**batch).loss, model, ref, lambda: ref(**batch).loss):
         assert 0.99 * activations <= device <= activations
@@ -171,7 +173,7 @@ def test_the_plans_of_the_offloading_strategies_run_as_simulated(strategy):
     torch.manual_seed(0)
     model, inputs, loss_fn = mlp()
     ref = copy.deepcopy(model)
-    rm = rematerialize(model, inputs, activation_budget=0.5, loss_fn=loss_fn, transfer="pcie4-x16", strategy=strategy,
+    rm = rematerialize(model, inputs, activation_budget=0.7, loss_fn=loss_fn, transfer="pcie4-x16", strategy=strategy,
                        cache=False, progress=False, time_limit_s=20)
     planned = rm.plans[0]
     assert planned.result["strategy"] == (strategy or default_strategy(offload=True))
@@ -185,7 +187,7 @@ def test_device_memory_goes_when_the_plans_timing_releases_it():
     """Slow copies hold device memory longer: the runtime keeps each value until the plan releases it, so
     the measured peak follows the plan's, whatever the link; a plan that waits for its copies holds less."""
     torch.manual_seed(0)
-    model, inputs, loss_fn = mlp()
+    model, inputs, loss_fn = mlp(batch_size=1024)
     joint, graph = capture(model, inputs, loss_fn=loss_fn)
     fast, slow = Transfer(bandwidth=1e12), Transfer(bandwidth=1e9, latency=1e-6)
     peaks = {}
@@ -201,7 +203,7 @@ def test_device_memory_goes_when_the_plans_timing_releases_it():
         m.zero_grad(set_to_none=True)
         with LiveBytes() as live:
             rm(*inputs).backward()
-        peaks[name] = live.peak_excluding(p.grad for p in m.parameters())
+        peaks[name] = live.peak
         assert peaks[name] == simulation.peak_memory - joint.resident_memory
         assert live.host_peak == simulation.host_peak_memory
     assert peaks["slow"] > peaks["slow, waiting"] == peaks["fast"]
