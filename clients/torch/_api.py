@@ -13,7 +13,7 @@ buffers (an optimizer built on either works for both) and its ``state_dict()`` i
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import nn
@@ -51,14 +51,24 @@ class RematModule(nn.Module):
         self.model = model
         self.loss_fn = loss_fn
         self.backend = backend
-        self._step = compile_step(model, loss_fn, backend, backend.backward_from)
+        self._steps: dict[bool, Callable[..., Any]] = {}
+        """The compiled step for steps that start without gradients (False) and for steps that add into them."""
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with tracing():
             try:
-                return self._step(*args, **kwargs)
+                return self._step()(*args, **kwargs)
             except Exception as e:
                 _reraise(e, self.backend.name)
+
+    def _step(self) -> Callable[..., Any]:
+        """The compiled step for the parameters as they are: a step that adds into gradients they already hold
+        (gradient accumulation) holds those too, so it has a plan of its own."""
+        accumulating = any(p.grad is not None for p in self.model.parameters())
+        if accumulating not in self._steps:
+            self._steps[accumulating] = compile_step(self.model, self.loss_fn, self.backend,
+                                                     self.backend.backward_from)
+        return self._steps[accumulating]
 
     def _plan_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Capture and plan the step for these inputs without running it (a dry run)."""
@@ -184,7 +194,7 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
     remat_backend = _backend(budget, activation_budget, strategy=strategy, server=server, cost_model=cost_model,
                              device=device, compiler=compiler, backward_from=backward_from, transfer=transfer,
                              host_budget=host_budget, cache=cache, progress=progress, graph=graph, result=result,
-                             solve_options=solve_options, name=type(model).__name__)
+                             solve_options=solve_options, name=type(model).__name__, whole_steps=True)
     module = RematModule(model, loss_fn, remat_backend)
     module._plan_for(*split_inputs(example_inputs))
     return module
@@ -215,7 +225,7 @@ def capture(model: nn.Module, example_inputs: Any, *, loss_fn: LossFn | None = N
     """The joint graph of ``model``'s training step and its remat.graph/v1, captured without running the step."""
     exporter = RematBackend(None, None, name=type(model).__name__, cost_model=cost_model, device=device)
     args, kwargs = split_inputs(example_inputs)
-    step = compile_step(model, loss_fn, exporter)
+    step = compile_step(model, loss_fn, exporter, exporter.backward_from)
     with tracing():
         _dry_run(step, exporter, args, kwargs)
     if not exporter.captured:
@@ -261,7 +271,8 @@ def _backend(budget: int | str | None, activation_budget: float | None, *, strat
              cost_model: str, device: str | None, compiler: str, backward_from: str | int | None,
              transfer: TransferSpec, host_budget: int | str | None,
              cache: bool | str | os.PathLike[str] | PlanCache, progress: bool, graph: Graph | None,
-             result: Mapping[str, Any] | None, solve_options: Mapping[str, Any], name: str = "step") -> RematBackend:
+             result: Mapping[str, Any] | None, solve_options: Mapping[str, Any], name: str = "step",
+             whole_steps: bool = False) -> RematBackend:
     """The backend of :func:`rematerialize` and :func:`backend` from their arguments (a ``result`` followed
     is checked against its own budget unless one is given)."""
     if result is not None and budget is None and activation_budget is None:
@@ -270,7 +281,7 @@ def _backend(budget: int | str | None, activation_budget: float | None, *, strat
                        progress=progress, given=result)
     return RematBackend(Budget.of(budget, activation_budget), planner, name=name, cost_model=cost_model,
                         device=device, compiler=compiler, costs_from=graph, backward_from=backward_from,
-                        transfer=transfer)
+                        transfer=transfer, whole_steps=whole_steps)
 
 
 def _planner(strategy: str | None, transfer: TransferSpec, host_budget: int | str | None, *, server: str | None,

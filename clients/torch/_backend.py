@@ -18,6 +18,9 @@ it leave (the budget less their fixed memory and the values they keep for their 
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +31,7 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from remat.schedules import Graph, InvalidRequest, Plan, Simulation, format_size
+from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation, format_size
 
 from ._capture import DryRun, backward_start
 from ._costs import node_costs
@@ -71,7 +74,7 @@ class RematBackend:
     def __init__(self, budget: Budget | None, planner: Planner | None, *, name: str = "step",
                  cost_model: str = "flops", device: str | None = None, compiler: str = "eager",
                  costs_from: Graph | None = None, backward_from: str | int | None = AUTO,
-                 transfer: TransferSpec = None) -> None:
+                 transfer: TransferSpec = None, whole_steps: bool = False) -> None:
         if compiler not in COMPILERS:
             raise InvalidRequest(f"Unknown compiler {compiler!r}; choose one of: {', '.join(COMPILERS)}.",
                                  field="compiler")
@@ -91,17 +94,26 @@ class RematBackend:
         self.captured: list[tuple[JointGraph, Graph]] = []
         self.dry_run = False
         """While true, compiled steps stop before they compute (raising DryRun)."""
+        self.whole_steps = whole_steps
+        """Whether each frame compiled is a whole step (rematerialize()'s, compiled with fullgraph=True, one for
+        steps that accumulate gradients and one for the others): its graph has the budget to itself."""
         self._held: dict[int, int] = {}
         """Bytes each planned frame holds while later graphs of the step run, by TorchDynamo frame."""
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        try:
+            return self._compile_graph(gm, example_inputs)
+        except RematError as e:  # remat's own message, not a compiler's traceback around it
+            raise _through_torch_compile(e, inspect.currentframe()) from e.__cause__
+
+    def _compile_graph(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         dropped = _drop_outputs(gm, self.backward_from)
         partition = _Partition(self, example_inputs, _frame_id(), drop_outputs=dropped is not None)
         try:
             compiled = self._compile(gm, example_inputs, partition)
         finally:
             partition.args = None  # the example batch is not kept alive by the compiled step
-        return self._stoppable(compiled, dropped or [])
+        return self._stoppable(compiled, dropped or [], accumulating=partition.accumulating)
 
     def _compile(self, gm: fx.GraphModule, example_inputs: Sequence[Any], partition: _Partition) -> Callable[..., Any]:
         if self.compiler == "inductor":
@@ -120,14 +132,20 @@ class RematBackend:
         return aot_autograd(fw_compiler=boxed_compiler, bw_compiler=boxed_compiler, partition_fn=partition)(
             gm, example_inputs)
 
-    def _stoppable(self, compiled: Callable[..., Any], dropped: Sequence[int]) -> Callable[..., Any]:
+    def _stoppable(self, compiled: Callable[..., Any], dropped: Sequence[int], *,
+                   accumulating: bool) -> Callable[..., Any]:
         """``compiled``, made to raise DryRun instead of computing while ``dry_run`` is set; the outputs at
-        ``dropped``, returned without gradient, refuse one and are checked to be gone when the backward starts."""
+        ``dropped``, returned without gradient, refuse one and are checked to be gone when the backward starts.
+        Unless the plan was made for a step that ``accumulating`` gradients, the first such step warns."""
         boxed = getattr(compiled, "_boxed_call", False)
+        warned = accumulating
 
         def run(*args: Any) -> Any:
+            nonlocal warned
             if self.dry_run:
                 raise DryRun()
+            if not warned and torch.is_grad_enabled():
+                warned = _warn_if_accumulating(args[0] if boxed else args, self.name)
             outputs = compiled(*args)
             if dropped and torch.is_grad_enabled():
                 outputs = _guard_dropped_outputs(outputs, dropped, self.name, self.backward_from)
@@ -139,7 +157,7 @@ class RematBackend:
     def plan(self, joint: JointGraph, graph: Graph, frame: int) -> tuple[fx.GraphModule, fx.GraphModule]:
         """Plan ``graph`` (the joint graph's export) within the budget and lower the plan."""
         assert self.budget is not None and self.planner is not None
-        held = sum(b for f, b in self._held.items() if f != frame)
+        held = 0 if self.whole_steps else sum(b for f, b in self._held.items() if f != frame)
         budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
         transfer = transfer_for(self.transfer, graph, joint)
         solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
@@ -187,6 +205,8 @@ class _Partition:
         self.frame = frame
         self.drop_outputs = drop_outputs
         """Whether the outputs without gradient are dropped after the forward (the backward starts from one)."""
+        self.accumulating = False
+        """Whether the graph was planned for a step that adds into gradients the parameters hold."""
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None,
@@ -199,8 +219,9 @@ class _Partition:
             "parameter" if args is None or isinstance(args[i], nn.Parameter) else "buffer"
             for i in range(len(primals))
         ]
+        self.accumulating = _accumulating(args, kinds)
         joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
-                         drop_outputs=self.drop_outputs, accumulating=_accumulating(args, kinds))
+                         drop_outputs=self.drop_outputs, accumulating=self.accumulating)
         with unset_fake_temporarily():
             graph = self.backend.costed(joint, args)
         if self.backend.planner is None:
@@ -344,10 +365,48 @@ def _guard_dropped_outputs(outputs: Sequence[Any], dropped: Sequence[int], name:
     return guarded
 
 
+def _warn_if_accumulating(inputs: Sequence[Any], name: str) -> bool:
+    """Warn if parameters among ``inputs`` hold gradients the step will add into, which its plan did not count;
+    whether it warned."""
+    held = sum(p.grad.untyped_storage().nbytes() for p in inputs
+               if isinstance(p, nn.Parameter) and p.grad is not None)
+    if held:
+        warnings.warn(f"{name}: this step adds into gradients the parameters already hold ({format_size(held)}), "
+                      f"which its plan, made for a step that starts without them, does not count: it may hold "
+                      f"{format_size(held)} more than planned. rematerialize() plans steps that accumulate "
+                      f"gradients apart; with torch.compile, compile the step once the gradients exist.",
+                      ResourceWarning, stacklevel=3)
+    return bool(held)
+
+
 def _accumulating(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> bool:
     """Whether the step adds into gradients its parameters already hold (gradient accumulation)."""
     return args is not None and any(k == "parameter" and getattr(a, "grad", None) is not None
                                     for a, k in zip(args, kinds, strict=True))
+
+
+@functools.cache
+def _passing_through(cls: type[RematError]) -> type[RematError]:
+    """``cls`` as an error torch.compile lets through as it is (those it shortens the traceback of), whose
+    message stays remat's own (torch.compile appends advice on its own tracebacks to the arguments)."""
+    from torch._dynamo.exc import ShortenTraceback
+
+    def message(self: Any) -> str:
+        return str(self.message)
+
+    return type(cls.__name__, (cls, ShortenTraceback),
+                {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__str__": message})
+
+
+def _through_torch_compile(e: RematError, frame: types.FrameType | None) -> RematError:
+    """``e``, raised in the backend, as an error torch.compile hands to the caller unwrapped (still ``e``'s type;
+    its traceback starts at ``frame``)."""
+    passed = _passing_through(type(e)).__new__(_passing_through(type(e)))
+    passed.__dict__.update(e.__dict__)
+    passed.args = e.args
+    passed.message = str(e)  # type: ignore[attr-defined]
+    passed.first_useful_frame = frame  # type: ignore[attr-defined]
+    return passed
 
 
 def _frame_id() -> int:

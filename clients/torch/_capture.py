@@ -109,6 +109,8 @@ def explain(e: BaseException, what: str) -> BaseException:
     from torch._dynamo import exc
 
     inner = getattr(e, "inner_exception", None)
+    if isinstance(e, RematError):
+        return e
     if isinstance(e, exc.BackendCompilerFailed) and isinstance(inner, RematError):
         return inner
     if isinstance(e, exc.Unsupported):

@@ -191,8 +191,8 @@ class Planner:
         """The plan of the baseline that holds the least, when the strategy found none that fits.
 
         It is the answer when it fits; otherwise the strategy's result is kept, with the smallest
-        budget a plan reached (this baseline's peak, the strategy's own plan's, or the lowest its search
-        reached) under ``smallest_peak``. On graphs too large for the baseline
+        budget a plan reached (this baseline's peak, the strategy's own plan's, the lowest its search
+        reached, or checkpoint-all's) under ``smallest_peak``. On graphs too large for the baseline
         (:data:`remat.solvers.baselines.LARGEST_PLAN`) only the strategy's own plans count.
         """
         from remat.solvers import solve
@@ -207,9 +207,7 @@ class Planner:
             return floor
         peaks = [(peak, r["strategy"]) for r in (failed, floor)
                  for peak in (r.get("peak_memory"), r.get("smallest_peak")) if peak is not None]
-        if not peaks:
-            return failed
-        peak, strategy = min(peaks)
+        peak, strategy = min([*peaks, (graph.checkpoint_all_peak, "checkpoint-all")])
         least = f"{strategy}'s plan peaks at {format_size(peak)}, the least of any found"
         return {**failed, "smallest_peak": peak, "log": [*failed.get("log", []), least]}
 
@@ -315,21 +313,22 @@ def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointG
     """Why there is no plan, with the leanest plan found (a budget that has one) and the floor no plan goes below."""
 
     def size(total: int) -> str:
-        if joint is None:
+        if joint is None or total < joint.resident_memory:
             return format_size(total)
         return f"{format_size(total)}, activation_budget={activation_ratio(total, graph, joint):.3f}"
 
     log = ((result.get("log") or [""])[-1])[:300]
     text = (f"Strategy {result.get('strategy')!r} returned status {result.get('status')!r} for a budget of "
             f"{size(budget)}.")
-    smallest = result.get("smallest_peak")
-    if smallest:
-        text += f" The leanest plan found peaks at {size(smallest)} (a budget at or above it has a plan);"
-    text += f" no plan can go below {size(graph.min_feasible_budget)} (a bound)."
-    text += f" Checkpoint-all needs {size(graph.checkpoint_all_peak)}."
+    if joint is not None and budget < joint.resident_memory:
+        text += (f" That is less than the step holds before it allocates anything: its parameters, buffers and "
+                 f"inputs take {format_size(joint.resident_memory)}.")
+    leanest = result.get("smallest_peak") or graph.checkpoint_all_peak
+    text += (f" The leanest plan found peaks at {size(leanest)} (a budget at or above it has a plan); no plan can "
+             f"go below {size(graph.min_feasible_budget)} (a bound).")
     held = 0 if joint is None else joint.fixed["outputs"] + joint.fixed["tangents"]
     if held > 0.05 * (graph.checkpoint_all_peak - graph.fixed_memory):
         text += (f" The step's outputs and their gradients ({format_size(held)}) count until the end of the step;"
-                 f" if the loop backpropagates one output alone (loss = model(**batch).loss), backward_from='loss'"
-                 f" counts the others until the end of the forward only.")
+                 f" if the loop backpropagates one output alone and drops the others before backward(),"
+                 f" backward_from names it, and the others count until the end of the forward only.")
     return f"{text} {log}".strip()

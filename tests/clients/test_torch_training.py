@@ -343,3 +343,28 @@ def test_with_inductor_random_ops_are_kept_instead_of_replayed():
     loss_fn(ref, *inputs).backward()
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_accumulation_has_a_plan_of_its_own_that_counts_the_gradients_held():
+    model, inputs, loss_fn = _model("gpt")
+    ref = copy.deepcopy(model)
+    rm = rematerialize(model, inputs, activation_budget=0.7, loss_fn=loss_fn, strategy="linearized-greedy")
+    micro = [tuple(t[k::2] for t in inputs) for k in range(2)]  # two micro-batches a step
+    for step in range(2):
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        peaks = []
+        for batch in micro:
+            torch.manual_seed(step)
+            peaks.append(activation_peak(lambda b=batch: rm(*b).backward(), model.parameters()))
+            torch.manual_seed(step)
+            loss_fn(ref, *batch).backward()
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    fresh, adding = rm.plans[1:]  # the first plan is for the whole batch given to rematerialize()
+    assert fresh.joint.fixed["gradients"] == 0
+    assert adding.joint.fixed["gradients"] == sum(p.numel() * 4 for p in model.parameters())
+    assert adding.budget == fresh.budget + adding.joint.fixed["gradients"]  # the same share of its activations
+    for peak, planned in zip(peaks, (fresh, adding), strict=True):
+        promised = planned.simulation.peak_memory - planned.joint.resident_memory  # what the step adds
+        assert promised - planned.joint.fixed["rng_states"] <= peak <= promised
