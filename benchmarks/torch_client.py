@@ -2,13 +2,13 @@
 
 Per model: the eager step as people write it; the framework's own checkpointing (transformers'
 ``activation_checkpointing_enable``, every layer or every other, diffusers' ``enable_gradient_checkpointing``, or
-``torch.utils.checkpoint`` per block for the models of tests/torch_models.py); torch's selective
+``torch.utils.checkpoint`` per block or stage where the model has none); torch's selective
 activation checkpointing saving every matmul (through the framework's checkpointing); torch.compile
 (Inductor) with ``activation_memory_budget`` swept; and ``rematerialize()`` with eager kernels and
-with Inductor, at the memory each of those reaches and at 0.5 and 0.3 of the eager activation peak
-(for the text models, with ``backward_from="loss"``: their loop backpropagates the loss alone).
-Each row gives the activation peak (bytes a step holds besides parameters, buffers and inputs,
-gradients left out) and the step time as a ratio to eager. A second table gives the wall time of
+with Inductor, asked with the bytes each of those reaches and nothing else (the loop unchanged), and
+at 0.5 and 0.3 of the eager peak. Each row gives the step's peak (bytes it allocates above its
+parameters, buffers and inputs: activations and gradients, what ``max_memory_allocated()`` less the
+memory before the step reads) and the step time as a ratio to eager. A second table gives the wall time of
 capture, plan and first step: ``rematerialize()`` with an empty plan cache and with a full one,
 against ``torch.compile(backend="aot_eager")``, which captures the same graph and plans nothing.
 
@@ -26,6 +26,7 @@ break torch.compile's graph).
 
     python benchmarks/torch_client.py                              # the library models (long: compiles)
     python benchmarks/torch_client.py --models gpt2 --rounds 3     # one model
+    python benchmarks/torch_client.py --models vit --compilers eager --compile-budgets ''   # remat's eager kernels
     python benchmarks/torch_client.py --models mlp,resnet,unet,gpt,lstm   # the test models
 """
 
@@ -90,8 +91,6 @@ class Workload:
     """The step up to its loss, as the user writes it, on this workload's batch."""
     checkpointing: dict[str, Callable[[nn.Module], None]]
     """The framework's own checkpointing options: a label and how to turn it on."""
-    backward_from: str | None = None
-    """The output the loop backpropagates alone, for rematerialize() (the text models' loss)."""
 
 
 @dataclass
@@ -115,7 +114,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="gpt2,llama,bert,sd-unet",
                         help=f"comma-separated, of {', '.join([*LIBRARY, *TEST_SIZES])}")
-    parser.add_argument("--budgets", default="0.5,0.3", help="remat budgets, fractions of the eager activation peak")
+    parser.add_argument("--budgets", default="0.5,0.3", help="remat budgets, fractions of the eager step peak")
+    parser.add_argument("--compilers", default="eager,inductor", help="remat's compilers to run ('eager', 'inductor')")
     parser.add_argument("--compile-budgets", default="1.0,0.5,0.3",
                         help="values of activation_memory_budget for torch.compile ('' to skip)")
     parser.add_argument("--cost-model", default="measured", help="remat's cost model: measured or flops")
@@ -171,18 +171,10 @@ def _text(name: str, device: torch.device) -> Workload:
     mask[1:, length * 3 // 4:] = 0
     inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": ids.to(device)}
 
-    def enable(every: int = 1, **kwargs: Any) -> Callable[[nn.Module], None]:
-        return lambda m: m.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={"use_reentrant": False, **kwargs}, every_n_layers=every)
-
     return Workload(
         name, f"{config.num_hidden_layers} layers, width {config.hidden_size}, vocab {vocab}, "
               f"batch {batch} x {length} tokens, SDPA, padding mask, default cache setting",
-        lambda: cls(config).to(device).train(), inputs, lambda m: m(**inputs).loss,
-        {"activation_checkpointing_enable()": enable(),
-         "activation_checkpointing_enable(every_n_layers=2)": enable(2),
-         "selective checkpointing (save matmuls)": _sac(lambda context: enable(context_fn=context))},
-        backward_from="loss")
+        lambda: cls(config).to(device).train(), inputs, lambda m: m(**inputs).loss, _hf_checkpointing())
 
 
 def _sd_unet(device: torch.device) -> Workload:
@@ -212,6 +204,87 @@ def _sd_unet(device: torch.device) -> Workload:
          "selective checkpointing (save matmuls)": _sac(sac)})
 
 
+def _t5(device: torch.device) -> Workload:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    vocab, batch, length = 2048, 4, 128
+    config = transformers.T5Config(num_layers=4, num_decoder_layers=4, d_model=256, d_ff=1024, num_heads=8,
+                                   d_kv=32, vocab_size=vocab, decoder_start_token_id=0)
+    g = torch.Generator().manual_seed(0)
+    inputs = {"input_ids": torch.randint(0, vocab, (batch, length), generator=g).to(device),
+              "labels": torch.randint(0, vocab, (batch, length // 2), generator=g).to(device)}
+    return Workload(
+        "t5", f"4 + 4 layers, width 256, vocab {vocab}, batch {batch} x {length} tokens in, {length // 2} out",
+        lambda: transformers.T5ForConditionalGeneration(config).to(device).train(), inputs,
+        lambda m: m(**inputs).loss, _hf_checkpointing())
+
+
+def _vision(name: str, device: torch.device) -> Workload:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    g = torch.Generator().manual_seed(0)
+    if name == "vit":
+        config: Any = transformers.ViTConfig(image_size=64, patch_size=8, hidden_size=256, num_hidden_layers=6,
+                                             num_attention_heads=8, intermediate_size=1024, num_labels=10)
+        cls: Any = transformers.ViTForImageClassification
+        sizes = "6 layers, width 256, 64 x 64 images in 8 x 8 patches, batch 16"
+        checkpointing = _hf_checkpointing()
+    else:
+        config = transformers.ConvNextConfig(num_channels=3, hidden_sizes=[32, 64, 128, 256], depths=[2, 2, 4, 2],
+                                             num_labels=10, image_size=64)
+        cls = transformers.ConvNextForImageClassification
+        sizes = "stages (32, 64, 128, 256) x (2, 2, 4, 2), 64 x 64 images, batch 16"
+        checkpointing = {"torch.utils.checkpoint per stage": _checkpoint_stages}
+    inputs = {"pixel_values": torch.randn(16, 3, 64, 64, generator=g).to(device),
+              "labels": torch.randint(0, 10, (16,), generator=g).to(device)}
+    return Workload(name, sizes, lambda: cls(config).to(device).train(), inputs, lambda m: m(**inputs).loss,
+                    checkpointing)
+
+
+def _checkpoint_stages(model: nn.Module) -> None:
+    """ConvNeXt has no checkpointing of its own in transformers: each stage under ``torch.utils.checkpoint``."""
+    from torch.utils.checkpoint import checkpoint
+
+    for stage in model.convnext.encoder.stages:
+        stage.forward = functools.partial(checkpoint, stage.forward, use_reentrant=False)
+
+
+def _dit(device: torch.device) -> Workload:
+    import diffusers
+
+    g = torch.Generator().manual_seed(0)
+    latents, noise = (torch.randn(8, 4, 32, 32, generator=g).to(device) for _ in range(2))
+    steps, labels = torch.tensor([10, 200, 500, 900] * 2, device=device), torch.randint(0, 10, (8,), generator=g)
+
+    def make() -> nn.Module:
+        return diffusers.DiTTransformer2DModel(num_attention_heads=4, attention_head_dim=32, in_channels=4,
+                                              num_layers=6, sample_size=32, patch_size=2, num_embeds_ada_norm=10,
+                                              norm_num_groups=32).to(device).train()
+
+    labels = labels.to(device)
+
+    def loss(m: nn.Module) -> torch.Tensor:
+        return F.mse_loss(m(latents, steps, labels).sample, noise)
+
+    return Workload("dit", "DiTTransformer2DModel, 6 layers, width 128, 32 x 32 latents in 2 x 2 patches, batch 8",
+                    make, (latents, steps, labels), loss,
+                    {"enable_gradient_checkpointing()": lambda m: m.enable_gradient_checkpointing()})
+
+
+def _hf_checkpointing() -> dict[str, Callable[[nn.Module], None]]:
+    """transformers' checkpointing, every layer and every other, and selective checkpointing through it."""
+
+    def enable(every: int = 1, **kwargs: Any) -> Callable[[nn.Module], None]:
+        return lambda m: m.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False, **kwargs}, every_n_layers=every)
+
+    return {"activation_checkpointing_enable()": enable(),
+            "activation_checkpointing_enable(every_n_layers=2)": enable(2),
+            "selective checkpointing (save matmuls)": _sac(lambda context: enable(context_fn=context))}
+
+
 def _test_model(name: str, device: torch.device) -> Workload:
     torch.manual_seed(0)
     model, inputs, loss_fn = TEST_MODELS[name](**TEST_SIZES[name])
@@ -230,7 +303,8 @@ def _test_model(name: str, device: torch.device) -> Workload:
 
 LIBRARY: dict[str, Callable[[torch.device], Workload]] = {
     "gpt2": functools.partial(_text, "gpt2"), "llama": functools.partial(_text, "llama"),
-    "bert": functools.partial(_text, "bert"), "sd-unet": _sd_unet,
+    "bert": functools.partial(_text, "bert"), "t5": _t5, "vit": functools.partial(_vision, "vit"),
+    "convnext": functools.partial(_vision, "convnext"), "sd-unet": _sd_unet, "dit": _dit,
 }
 
 
@@ -262,7 +336,7 @@ def _benchmark(work: Workload, device: torch.device, args: argparse.Namespace) -
     targets.update({f"as {v.name}": v.peak for v in variants[1:]})
     refused: list[str] = []
     for label, peak in targets.items():
-        for compiler in ("eager", "inductor"):
+        for compiler in args.compilers.split(","):
             variant = _remat(base, work, label, int(peak), compiler, args)
             if isinstance(variant, str):
                 refused.append(variant)
@@ -303,7 +377,7 @@ def _remat(base: nn.Module, work: Workload, label: str, peak: int, compiler: str
     started = time.perf_counter()
     try:
         rm = rematerialize(model, work.inputs, budget=budget, cost_model=args.cost_model, compiler=compiler,
-                           backward_from=work.backward_from, cache=False, progress=False)
+                           cache=False, progress=False)
     except RematError as e:  # no plan within the budget, or one this compiler cannot run
         return f"| {name} | no plan | | | | | {str(e)[:240]} |"
     planned = rm.plans[0]
@@ -347,10 +421,8 @@ def _first_step_table(work: Workload, args: argparse.Namespace) -> None:
         aot, _ = timed(lambda m: torch.compile(m, backend="aot_eager", fullgraph=True, dynamic=False))
         for entry in cache.directory.glob("*.json"):
             entry.unlink()
-        first, rm = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False,
-                                                  backward_from=work.backward_from))
-        again, rm2 = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False,
-                                                   backward_from=work.backward_from))
+        first, rm = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False))
+        again, rm2 = timed(lambda m: rematerialize(m, work.inputs, activation_budget=0.5, cache=cache, progress=False))
         rows = [aot, first, again, rm, rm2]
     aot, first, again, rm, rm2 = rows
     print(f"\nCapture, plan and first step of {work.name} ({rm.graph.size} nodes; activation_budget=0.5, default "
@@ -370,7 +442,7 @@ def _first_step_table(work: Workload, args: argparse.Namespace) -> None:
 def _table(work: Workload, variants: list[Variant], eager: Variant, refused: list[str]) -> None:
     base_time = statistics.median(eager.times)
     print(f"\n### {work.name} ({work.sizes})\n")
-    print("| variant | activation peak | peak / eager | step time (ms) | time / eager | notes |")
+    print("| variant | step peak | peak / eager | step time (ms) | time / eager | notes |")
     print("|---|---|---|---|---|---|")
     for v in variants:
         t = statistics.median(v.times)

@@ -18,7 +18,6 @@ it leave (the budget less their fixed memory and the values they keep for their 
 
 from __future__ import annotations
 
-import functools
 import inspect
 import types
 import warnings
@@ -47,7 +46,7 @@ COMPILERS = ("eager", "inductor")
 """How the planned graphs run: op for op as planned, or compiled by Inductor."""
 
 AUTO = "auto"
-"""``backward_from`` by default: the step's loss, when it returns one beside other outputs (see :func:`_drop_outputs`)."""
+"""``backward_from`` by default: the step's loss, when it returns one beside other outputs (:func:`_drop_outputs`)."""
 
 
 @dataclass(frozen=True)
@@ -311,9 +310,9 @@ def _drop_outputs(gm: fx.GraphModule, backward_from: str | int | None) -> list[i
 
 def _lone_loss(values: Sequence[Any]) -> set[fx.Node]:
     """The one scalar output with a gradient, when other outputs have one too (a loss beside logits); else none."""
-    with_gradient = [n for n in values if isinstance(n, fx.Node)
-                     and isinstance(n.meta.get("example_value"), torch.Tensor) and n.meta["example_value"].requires_grad]
-    scalars = [n for n in with_gradient if n.meta["example_value"].dim() == 0]
+    examples = {n: n.meta.get("example_value") for n in values if isinstance(n, fx.Node)}
+    with_gradient = [n for n, v in examples.items() if isinstance(v, torch.Tensor) and v.requires_grad]
+    scalars = [n for n in with_gradient if examples[n].dim() == 0]  # type: ignore[union-attr]
     return {scalars[0]} if len(scalars) == 1 and len(with_gradient) > 1 else set()
 
 
@@ -385,28 +384,31 @@ def _accumulating(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> boo
                                     for a, k in zip(args, kinds, strict=True))
 
 
-@functools.cache
 def _passing_through(cls: type[RematError]) -> type[RematError]:
     """``cls`` as an error torch.compile lets through as it is (those it shortens the traceback of), whose
     message stays remat's own (torch.compile appends advice on its own tracebacks to the arguments)."""
     from torch._dynamo.exc import ShortenTraceback
 
-    def message(self: Any) -> str:
-        return str(self.message)
+    if cls not in _PASSING:
+        def message(self: Any) -> str:
+            return str(self.message)
 
-    return type(cls.__name__, (cls, ShortenTraceback),
-                {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__str__": message})
+        _PASSING[cls] = type(cls.__name__, (cls, ShortenTraceback),
+                             {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__str__": message})
+    return _PASSING[cls]
+
+
+_PASSING: dict[type[RematError], type[RematError]] = {}
 
 
 def _through_torch_compile(e: RematError, frame: types.FrameType | None) -> RematError:
     """``e``, raised in the backend, as an error torch.compile hands to the caller unwrapped (still ``e``'s type;
     its traceback starts at ``frame``)."""
-    passed = _passing_through(type(e)).__new__(_passing_through(type(e)))
-    passed.__dict__.update(e.__dict__)
-    passed.args = e.args
-    passed.message = str(e)  # type: ignore[attr-defined]
-    passed.first_useful_frame = frame  # type: ignore[attr-defined]
-    return passed
+    message = str(e)
+    e.__class__ = _passing_through(type(e))
+    e.message = message  # type: ignore[attr-defined]
+    e.first_useful_frame = frame  # type: ignore[attr-defined]
+    return e
 
 
 def _frame_id() -> int:

@@ -5,8 +5,8 @@ tensor constants, logging); clear errors that name what stops the capture and wh
 from __future__ import annotations
 
 import json
-import math
 import logging
+import math
 from pathlib import Path
 
 import pytest

@@ -124,6 +124,19 @@ def test_torch_compile_with_the_remat_backend_plans_each_shape():
     assert len(remat.planned) == 2
     assert [p.graph.sha256 for p in remat.planned][0] != remat.planned[1].graph.sha256
     assert all(p.simulation.peak_memory <= p.budget for p in remat.planned)
+    assert all(p.joint.fixed["tangents"] == 4 for p in remat.planned)  # from the loss, the one scalar output
+
+
+def test_torch_compile_raises_remats_own_error():
+    from remat.clients.torch import PlanRejected
+
+    compiled = torch.compile(_text_model("llama"), backend=backend(budget="100KiB", cache=False), fullgraph=True,
+                             dynamic=False)
+    with pytest.raises(PlanRejected) as refused:
+        _step(compiled, _batch())
+    assert str(refused.value).startswith("Strategy 'checkmate' returned status 'infeasible' for a budget of 100.00 KiB"
+                                         ". That is less than the step holds before it allocates anything")
+    assert "TORCHDYNAMO" not in str(refused.value)
 
 
 def test_inductor_keeps_the_plans_recomputations():
