@@ -26,9 +26,9 @@ it, and returns them all at its end (autograd then hands them to ``.grad``). The
 their bytes like any other node, and the last node, STEP_END, reads them all, so a plan keeps every
 gradient from where it is made to the end of the step.
 
-Sizes come from the fake tensors of the trace, which match what kernels allocate, with one
-exception found so far: on the CPU, ``aten.mse_loss`` returns its scalar inside its whole
-unreduced buffer, so ``(out - y).pow(2).mean()`` is counted exactly where ``F.mse_loss`` is not.
+Sizes come from the fake tensors of the trace, which match what kernels allocate, with the
+exceptions of UNREDUCED_ON_CPU: on the CPU, ``F.mse_loss`` (and smooth L1, binary cross-entropy)
+returns its scalar inside its whole unreduced buffer, and is counted so.
 """
 
 from __future__ import annotations
@@ -61,6 +61,10 @@ where it is made to the end (it computes nothing; a name no FX node has)."""
 
 MARKERS = (FORWARD_END, STEP_END)
 """Nodes that compute nothing: they only mark where a plan must still hold what they read."""
+
+UNREDUCED_ON_CPU = ("aten.mse_loss.default", "aten.smooth_l1_loss.default", "aten.binary_cross_entropy.default")
+"""Losses whose CPU kernel returns a reduced scalar inside a storage as large as its input (the unreduced
+losses), where the trace's fake tensor has the scalar's bytes alone."""
 
 InputKind = Literal["parameter", "buffer", "input"]
 """What a primal input of the joint graph is: a parameter, a buffer (module state) or a step input."""
@@ -195,9 +199,9 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
                     if drop_outputs and outputs[i] is not None and d not in with_tangent
                     and not isinstance(d, desc.InputMutationAOTOutput))
     sources = [*placeholders, *constants]
-    gradients = _pinned_storages(outputs[num_forward_outputs:], sources, {})
+    gradients = _pinned_storages(outputs[num_forward_outputs:], sources)
     kept = [o for i, o in enumerate(outputs[:num_forward_outputs]) if i not in dropped]
-    pinned = _pinned_storages(kept, sources, {})
+    pinned = _pinned_storages(kept, sources)
     backward = _tangent_dependent(graph, tangents)
     kept_apart = _outputs_kept_apart(graph, backward, pinned, gradients)
 
@@ -240,7 +244,7 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
             name=node.name,
             op=str(node.target),
             deps=tuple(dict.fromkeys(r for r in roots if r not in leaves)),
-            memory=0 if returned_whole else sum(b for _, b in out),
+            memory=0 if returned_whole else _allocated(node, sum(b for _, b in out)),
             kind=kind,
             rng=_is_rng(node),
             pinned=returned_whole,
@@ -341,17 +345,34 @@ def _bytes(val: Any) -> int:
     return sum(b for _, b in _storages(val))
 
 
+def _allocated(node: fx.Node, traced: int) -> int:
+    """The bytes ``node``'s kernel allocates, where the trace says ``traced``: more for UNREDUCED_ON_CPU."""
+    if str(node.target) not in UNREDUCED_ON_CPU or not node.args:
+        return traced
+    value = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.device.type != "cpu" or _arguments(node).get("reduction") == 0:
+        return traced
+    return max(traced, value.numel() * value.element_size())
+
+
 def _is_rng(node: fx.Node) -> bool:
     """Whether the op draws random numbers: a seeded op (dropout, attention with dropout), unless its
     dropout probability is 0 or it is not training, when it draws none."""
     if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
         return False
+    if getattr(node.target, "_schema", None) is None:
+        return True
+    values = _arguments(node)
+    return not (values.get("dropout_p") == 0 or values.get("p") == 0 or values.get("train") is False)
+
+
+def _arguments(node: fx.Node) -> dict[str, Any]:
+    """The arguments of an ATen call by name, defaults included (none for a call without a schema)."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
-        return True
-    values = {a.name: node.args[i] if i < len(node.args) else node.kwargs.get(a.name, a.default_value)
-              for i, a in enumerate(schema.arguments)}
-    return not (values.get("dropout_p") == 0 or values.get("p") == 0 or values.get("train") is False)
+        return {}
+    return {a.name: node.args[i] if i < len(node.args) else node.kwargs.get(a.name, a.default_value)
+            for i, a in enumerate(schema.arguments)}
 
 
 def _tangent_dependent(graph: fx.Graph, tangents: Sequence[fx.Node]) -> set[str]:
@@ -428,19 +449,15 @@ def _returned_values(graph: fx.Graph, forward_outputs: Sequence[fx.Node | None],
     return returned
 
 
-def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Node],
-                     counted: Mapping[StorageWeakRef, int]) -> dict[StorageWeakRef, int]:
-    """Storages among ``outputs`` that the step allocates itself, but not those already ``counted``.
-
-    The result includes ``counted``: together they are every storage the step returns.
-    """
+def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Node]) -> dict[StorageWeakRef, int]:
+    """Storages among ``outputs`` that the step allocates itself (not its inputs'), with their bytes."""
     inputs = {s for p in sources for s, _ in _storages(p.meta.get("val"))}
-    pinned: dict[StorageWeakRef, int] = dict(counted)
+    pinned: dict[StorageWeakRef, int] = {}
     for o in outputs:
         if o is not None:
             for s, b in _storages(o.meta.get("val")):
                 if s not in inputs:
-                    pinned.setdefault(s, b)
+                    pinned.setdefault(s, _allocated(o, b))
     return pinned
 
 

@@ -368,3 +368,20 @@ def test_gradient_accumulation_has_a_plan_of_its_own_that_counts_the_gradients_h
     for peak, planned in zip(peaks, (fresh, adding), strict=True):
         promised = planned.simulation.peak_memory - planned.joint.resident_memory  # what the step adds
         assert promised - planned.joint.fixed["rng_states"] <= peak <= promised
+
+
+@pytest.mark.parametrize("loss", [F.mse_loss, F.smooth_l1_loss,
+                                  lambda a, b: F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b))],
+                         ids=["mse", "smooth-l1", "binary-cross-entropy"])
+def test_a_loss_that_keeps_its_unreduced_buffer_is_counted_whole(loss):
+    """On the CPU these return their scalar inside a buffer as large as their input, which the trace does not show."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(4)])
+    x, y = torch.randn(256, 64), torch.randn(256, 64)
+    rm = rematerialize(model, (x, y), activation_budget=1.0, strategy="checkpoint-all",
+                       loss_fn=lambda m, a, b: loss(m(a), b))
+    rm(x, y).backward()
+    model.zero_grad(set_to_none=True)
+    peak = activation_peak(lambda: rm(x, y).backward(), model.parameters())
+    assert peak == rm.simulation.peak_memory - rm.plans[0].joint.resident_memory
+    assert rm.fixed["outputs"] == x.numel() * 4  # the loss's storage
