@@ -12,6 +12,7 @@ from ._cache import PlanCache
 from ._capture import LossFn
 from ._costs import COST_MODELS, DEVICE_PROFILES, CostModel, DeviceProfile, measured_costs, node_costs, roofline_costs
 from ._errors import CaptureError, PlanRejected
+from ._explain import Explanation
 from ._joint import JointGraph, Producer
 from ._max_batch import max_batch
 from ._measure import LiveBytes, StepTime, activation_peak, time_call
@@ -25,6 +26,7 @@ __all__ = [
     "CaptureError",
     "CostModel",
     "DeviceProfile",
+    "Explanation",
     "JointGraph",
     "LiveBytes",
     "LossFn",

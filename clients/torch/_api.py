@@ -16,14 +16,16 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from remat.schedules import Graph, InvalidRequest, Plan, Simulation, parse_size
 
-from ._backend import AUTO, PlannedGraph, RematBackend
+from ._backend import AUTO, NO_GRADIENT, PlannedGraph, RematBackend
 from ._cache import PlanCache
-from ._capture import DryRun, LossFn, compile_step, explain, split_inputs, tracing
+from ._capture import DryRun, LossFn, compile_step, error_to_show, split_inputs, tracing
 from ._errors import CaptureError
+from ._explain import Explanation, backward_starts, explain
 from ._joint import JointGraph
 from ._planning import Budget, Planner, default_strategy
 from ._transfer import TransferSpec
@@ -105,6 +107,24 @@ class RematModule(nn.Module):
         """The latest graph's fixed memory by category (parameters, buffers, inputs, constants, gradients,
         outputs, tangents, and bounds on saved random states and input copies)."""
         return self.backend.planned[-1].joint.fixed
+
+    def explain(self, *args: Any, **kwargs: Any) -> Explanation:
+        """The latest plan as a person reads it (``print(m.explain())``): what is live at its peak and what it
+        recomputes or offloads, by module and source line.
+
+        Given a batch (the step's arguments), one step on it is also measured (on the CPU, to the byte)
+        and set beside the plan made for it, saying which values were live where the measured peak is
+        over the plan's; the backward starts from the loss, else from every output. The model is left as
+        it was: gradients, buffers and the random state are put back.
+        """
+        def latest() -> PlannedGraph:
+            return self.backend.planned[-1]
+
+        def step() -> None:
+            starts, gradients = backward_starts(self(*args, **kwargs), NO_GRADIENT)  # the other outputs go here
+            torch.autograd.backward(starts, gradients)
+
+        return explain(latest, step=step if args or kwargs else None, model=self.model)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """The model's own state dict (its keys, no prefix): it loads into the model as it is."""
@@ -261,7 +281,7 @@ def _dry_run(step: Any, remat_backend: RematBackend, args: tuple[Any, ...], kwar
 def _reraise(e: Exception, what: str) -> None:
     """Raise what the user should see for ``e``: remat's error from inside torch.compile's wrapping,
     a CaptureError for what stopped TorchDynamo (its own error as the cause), or ``e`` itself."""
-    shown = explain(e, what)
+    shown = error_to_show(e, what)
     if shown is e:
         raise e
     raise shown from (None if shown is getattr(e, "inner_exception", None) else e)

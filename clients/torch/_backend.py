@@ -332,6 +332,9 @@ class _NoGradient(torch.autograd.Function):
 
 _ANCHOR = torch.zeros((), requires_grad=True)
 
+NO_GRADIENT: type = _NoGradient._backward_cls  # type: ignore[attr-defined]
+"""The autograd node of an output returned without gradient: backpropagating into it raises."""
+
 
 def _guard_dropped_outputs(outputs: Sequence[Any], dropped: Sequence[int], name: str,
                            backward_from: str | int | None) -> list[Any]:

@@ -27,7 +27,8 @@ from remat.schedules import RematError
 
 from ._errors import CaptureError
 
-__all__ = ["DryRun", "LossFn", "StepInputs", "backward_start", "compile_step", "explain", "split_inputs", "tracing"]
+__all__ = ["DryRun", "LossFn", "StepInputs", "backward_start", "compile_step", "error_to_show", "split_inputs",
+           "tracing"]
 
 LossFn = Callable[..., torch.Tensor]
 """``loss_fn(model, *args, **kwargs) -> loss``: the training step's loss from the model and one batch."""
@@ -103,7 +104,7 @@ def _mark(out: Any, key: str | int) -> Any:
     return out
 
 
-def explain(e: BaseException, what: str) -> BaseException:
+def error_to_show(e: BaseException, what: str) -> BaseException:
     """The error to show for ``e``, raised while ``what`` was traced or compiled: remat's own errors as they
     are, TorchDynamo's as a CaptureError saying what stopped the capture and where; others unchanged."""
     from torch._dynamo import exc

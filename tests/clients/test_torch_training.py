@@ -5,6 +5,7 @@ training loop as people write it (loss outside, new shapes, evaluation), the pla
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -385,3 +386,30 @@ def test_a_loss_that_keeps_its_unreduced_buffer_is_counted_whole(loss):
     peak = activation_peak(lambda: rm(x, y).backward(), model.parameters())
     assert peak == rm.simulation.peak_memory - rm.plans[0].joint.resident_memory
     assert rm.fixed["outputs"] == x.numel() * 4  # the loss's storage
+
+
+def test_explain_says_what_is_live_at_the_peak_and_what_is_recomputed_by_module():
+    model, inputs, loss_fn = _model("gpt")
+    rm = rematerialize(model, inputs, activation_budget=0.6, loss_fn=loss_fn, strategy="linearized-greedy")
+    grads, buffers = [p.grad for p in model.parameters()], [b.clone() for b in model.buffers()]
+    planned = rm.explain()
+    assert planned.measured is None and planned.planned is rm.plans[-1]
+    recomputed = [v for v in planned.values if v.computes > 1]
+    assert recomputed and all(v.fate.startswith("recomputed x") for v in recomputed)
+    assert {v.module for v in planned.values if v.kind == "forward"} >= {"blocks.0.attn", "blocks.1.mlp.0"}
+    assert all(v.line.startswith("torch_models.py:") for v in planned.values if v.module.startswith("blocks."))
+    assert sum(v.bytes for v in planned.live_at_peak) <= planned.planned_peak
+    text = str(planned)
+    assert "Live at the planned peak" in text and f"{len(recomputed)} of {len(planned.values)} values" in text
+
+    measured = rm.explain(*inputs)  # one step measured: the plan's peak, the model left as it was
+    assert measured.measured is not None
+    slack = rm.fixed["rng_states"]
+    assert measured.planned_peak - slack <= measured.measured.peak <= measured.planned_peak
+    assert "Measured on one step" in str(measured)
+    assert [p.grad for p in model.parameters()] == grads
+    assert all(torch.equal(b, c) for b, c in zip(model.buffers(), buffers, strict=True))
+
+    over = dataclasses.replace(measured, measured=dataclasses.replace(
+        measured.measured, peak=measured.planned_peak + 1024, live_at_peak=(("aten.mm.default", 4096),)))
+    assert "1.00 KiB OVER the plan's" in str(over) and "aten.mm.default" in str(over)
