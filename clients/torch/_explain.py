@@ -219,7 +219,8 @@ def _measure(step: Callable[[], Any], model: nn.Module | None) -> Measured:
     """Run ``step`` once as a warm-up (it compiles), then under the recorder, putting ``model`` back as it was."""
     with _as_it_was(model):
         step()
-    with _as_it_was(model), _MadeBy() as recorder:
+    recorder = _MadeBy()
+    with _as_it_was(model), recorder:
         step()
     live = sorted(recorder.at_peak.items(), key=lambda item: -item[1])
     return Measured(peak=recorder.peak, timeline=tuple(recorder.timeline), live_at_peak=tuple(live))
