@@ -26,6 +26,7 @@ is what the allocator follows, is the plan's.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from remat.schedules import Plan, Timing
 
 from ._measure import host_memory
 
-__all__ = ["HostCopies", "effect_points"]
+__all__ = ["CHECK_COPIES", "CopyMismatch", "HostCopies", "effect_points"]
 
 
 def effect_points(plan: Plan, timing: Timing) -> dict[int, int]:
@@ -97,19 +98,33 @@ class _Streams:
             yield
 
 
+CHECK_COPIES = "REMAT_CHECK_COPIES"
+"""Environment variable: set to 1, every reloaded value is checked against the value offloaded (a debug mode:
+a digest of each is computed on the device, and the step waits for the comparison)."""
+
+
+class CopyMismatch(RuntimeError):
+    """A value came back from host memory with other bytes than it left with: the copies raced the compute."""
+
+
 class HostCopies:
     """The copies of one planned step, called from its forward and backward graphs by node name and key.
 
     ``key`` names one tensor: a value, or one output of an op with several (``name[i]``). The events
-    and layouts are kept by key from one call to the next; a step run again replaces them.
+    and layouts are kept by key from one call to the next; a step run again replaces them. With
+    ``check`` (by default, the CHECK_COPIES environment variable), each value is digested on the compute
+    stream where it is complete and again where it is reloaded and ready, and a difference raises
+    CopyMismatch: stream races give silently wrong gradients otherwise.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, check: bool | None = None) -> None:
         self._streams: dict[torch.device, _Streams] = {}
         self._made: dict[str, torch.cuda.Event | None] = {}
         self._copied: dict[str, torch.cuda.Event | None] = {}
         self._loaded: dict[str, torch.cuda.Event | None] = {}
         self._layouts: dict[str, _Layout] = {}
+        self.check = os.environ.get(CHECK_COPIES, "") not in ("", "0") if check is None else check
+        self._digests: dict[str, torch.Tensor] = {}
 
     def made(self, name: str, value: Any) -> None:
         """Mark, on the compute stream, where ``value`` (the output of ``name``) is complete."""
@@ -123,6 +138,8 @@ class HostCopies:
         streams = self._on(value.device)
         self._layouts[key] = _Layout(tuple(value.size()), tuple(value.stride()), int(value.storage_offset()))
         whole = value.as_strided((value.untyped_storage().nbytes() // value.element_size(),), (1,), 0)
+        if self.check:
+            self._digests[key] = _digest(whole)
         with host_memory():
             host = torch.empty(whole.shape, dtype=value.dtype, device="cpu", pin_memory=streams.cuda)
         streams.wait(self._made.get(name), streams.offload)
@@ -156,12 +173,24 @@ class HostCopies:
     def ready(self, value: torch.Tensor, key: str) -> torch.Tensor:
         """``value``, reloaded, once the compute stream has waited for its copy: before its first reader or its free."""
         self._on(value.device).wait(self._loaded.pop(key, None))
+        if self.check:
+            whole = value.as_strided((value.untyped_storage().nbytes() // value.element_size(),), (1,), 0)
+            if not torch.equal(_digest(whole), self._digests.pop(key)):
+                raise CopyMismatch(f"{key} came back from host memory with other bytes than it was offloaded with: "
+                                   f"a copy raced the compute (a stream or event out of order).")
         return value
 
     def _on(self, device: torch.device) -> _Streams:
         if device not in self._streams:
             self._streams[device] = _Streams(device)
         return self._streams[device]
+
+
+def _digest(whole: torch.Tensor) -> torch.Tensor:
+    """Two sums of a flat tensor's bytes, plain and weighted by position, on its device (for CHECK_COPIES)."""
+    data = whole.detach().view(torch.uint8).to(torch.int64)
+    weights = torch.arange(1, data.numel() + 1, device=data.device, dtype=torch.int64) % 65521
+    return torch.stack([data.sum(), (data * weights).sum()])
 
 
 def _device(value: Any) -> torch.device:

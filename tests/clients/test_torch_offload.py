@@ -20,6 +20,7 @@ from torch_models import gpt, mlp  # noqa: E402
 import remat.solvers  # noqa: E402
 from remat.clients.torch import LiveBytes, PlanRejected, backend, capture, check_result, rematerialize  # noqa: E402
 from remat.clients.torch._measure import host_memory  # noqa: E402
+from remat.clients.torch._offload import CHECK_COPIES, CopyMismatch, HostCopies  # noqa: E402
 from remat.clients.torch._planning import OFFLOAD_STRATEGIES, default_strategy  # noqa: E402
 from remat.clients.torch._transfer import device_link, transfer_for  # noqa: E402
 from remat.schedules import Graph, InvalidRequest, Plan, Transfer, simulate  # noqa: E402
@@ -74,7 +75,7 @@ def offloading(monkeypatch: pytest.MonkeyPatch) -> str:
 def _train(loss, model, ref, expected) -> list[tuple[int, int]]:
     """STEPS optimizer steps of ``model`` (``loss()`` computes its loss) beside the unpatched ``ref``
     (``expected()``), checked bit-identical; every step after the first is measured: the device peak of its
-    forward and backward (gradients left out) and their host peak."""
+    forward and backward (gradients included) and their host peak."""
 
     def run() -> torch.Tensor:
         value = loss()
@@ -265,3 +266,27 @@ def test_transfers_are_named_links_auto_on_cuda_or_parameters_in_the_graphs_unit
     registry["checkmate-offload"] = STRATEGIES["checkmate"]
     assert default_strategy(offload=True) == "checkmate-offload"
     assert default_strategy(offload=False) == "checkmate"
+
+
+def test_the_copy_check_finds_a_value_that_comes_back_changed(monkeypatch: pytest.MonkeyPatch):
+    value = torch.arange(64, dtype=torch.float32).view(8, 8).t()  # a strided view: the whole storage travels
+    copies = HostCopies(check=True)
+    copies.made("v", value)
+    host = copies.offload(value, "v", "v")
+    back = copies.ready(copies.reload(host, "v", value.device), "v")
+    assert torch.equal(back, value) and back.stride() == value.stride()
+    host = copies.offload(value, "v", "v")
+    host[3] += 1  # what a copy that raced the compute would bring back
+    with pytest.raises(CopyMismatch, match="v came back from host memory with other bytes"):
+        copies.ready(copies.reload(host, "v", value.device), "v")
+
+    # the environment variable turns the check on for a whole training run: plans with copies run clean
+    monkeypatch.setenv(CHECK_COPIES, "1")
+    assert HostCopies().check and not HostCopies(check=False).check
+    torch.manual_seed(0)
+    model, inputs, loss_fn = mlp()
+    ref = copy.deepcopy(model)
+    rm = rematerialize(model, inputs, activation_budget=0.7, loss_fn=loss_fn, transfer="pcie4-x16", cache=False,
+                       progress=False)
+    assert rm.plan.has_transfers
+    _train(lambda: rm(*inputs), model, ref, lambda: loss_fn(ref, *inputs))
