@@ -35,6 +35,7 @@ from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation,
 from ._capture import DryRun, backward_start
 from ._costs import node_costs
 from ._errors import CaptureError, PlanRejected
+from ._inductor_order import INDUCTOR_CONFIG
 from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
 from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
@@ -117,14 +118,15 @@ class RematBackend:
     def _compile(self, gm: fx.GraphModule, example_inputs: Sequence[Any], partition: _Partition) -> Callable[..., Any]:
         if self.compiler == "inductor":
             from torch._functorch import config as functorch_config
-            from torch._inductor import config
             from torch._inductor.compile_fx import compile_fx
 
             # random ops as eager draws them (Inductor's own generator draws other numbers); no graph
-            # caches, which would key compiled graphs without their plan
-            with config.patch(custom_partitioner_fn=_inductor_partitioner(partition), fallback_random=True,
-                              fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
-                compiled: Callable[..., Any] = compile_fx(gm, example_inputs)  # type: ignore[assignment]
+            # caches, which would key compiled graphs without their plan; kernels in the plan's order (patched
+            # for the backward too, which Inductor compiles when it first runs)
+            patches = {"custom_partitioner_fn": _inductor_partitioner(partition), "fallback_random": True,
+                       "fx_graph_cache": False, **INDUCTOR_CONFIG}
+            with functorch_config.patch(enable_autograd_cache=False):
+                compiled: Callable[..., Any] = compile_fx(gm, example_inputs, config_patches=patches)  # type: ignore[assignment]
                 return compiled
         from torch._dynamo.backends.common import aot_autograd
 
