@@ -101,6 +101,8 @@ class Variant:
     model: nn.Module
     step: Callable[[], Any]
     note: str = ""
+    plan: int | None = None
+    """remat's planned peak (bytes above resident memory), to set the measured one beside."""
     peak: int = 0
     times: list[float] = field(default_factory=list)
 
@@ -379,13 +381,13 @@ def _remat(base: nn.Module, work: Workload, label: str, peak: int, compiler: str
         rm = rematerialize(model, work.inputs, budget=budget, cost_model=args.cost_model, compiler=compiler,
                            cache=False, progress=False)
     except RematError as e:  # no plan within the budget, or one this compiler cannot run
-        return f"| {name} | no plan | | | | | {str(e)[:240]} |"
+        return f"| {name} | no plan | | | | | | {str(e)[:240]} |"
     planned = rm.plans[0]
     plan_peak = planned.simulation.peak_memory - planned.joint.resident_memory
     note = (f"{planned.graph.size} nodes, {planned.result['strategy']} {planned.result['status']}, simulated "
             f"{planned.result['overhead']:.3f}x compute, plan peak {format_size(plan_peak)}, "
             f"planned in {time.perf_counter() - started:.1f} s")
-    return Variant(name, model, lambda: work.loss(rm).backward(), note)
+    return Variant(name, model, lambda: work.loss(rm).backward(), note, plan=int(plan_peak))
 
 
 def _warm_up(variant: Variant) -> None:
@@ -442,11 +444,12 @@ def _first_step_table(work: Workload, args: argparse.Namespace) -> None:
 def _table(work: Workload, variants: list[Variant], eager: Variant, refused: list[str]) -> None:
     base_time = statistics.median(eager.times)
     print(f"\n### {work.name} ({work.sizes})\n")
-    print("| variant | step peak | peak / eager | step time (ms) | time / eager | notes |")
-    print("|---|---|---|---|---|---|")
+    print("| variant | step peak | peak / eager | measured / plan | step time (ms) | time / eager | notes |")
+    print("|---|---|---|---|---|---|---|")
     for v in variants:
         t = statistics.median(v.times)
-        print(f"| {v.name} | {format_size(v.peak)} | {v.peak / eager.peak:.3f} | {1e3 * t:.1f} | "
+        ratio = f"{v.peak / v.plan:.4f}" if v.plan else ""
+        print(f"| {v.name} | {format_size(v.peak)} | {v.peak / eager.peak:.3f} | {ratio} | {1e3 * t:.1f} | "
               f"{t / base_time:.3f} | {v.note} |")
     for row in refused:
         print(row)
