@@ -21,12 +21,13 @@ from torch import nn
 
 from remat.schedules import Graph, InvalidRequest, Plan, Simulation, parse_size
 
-from ._backend import AUTO, NO_GRADIENT, PlannedGraph, RematBackend
+from ._backend import PlannedGraph, RematBackend
 from ._cache import PlanCache
 from ._capture import DryRun, LossFn, compile_step, error_to_show, split_inputs, tracing
 from ._errors import CaptureError
 from ._explain import Explanation, backward_starts, explain
 from ._joint import JointGraph
+from ._outputs import AUTO, NO_GRADIENT
 from ._planning import Budget, Planner, default_strategy
 from ._transfer import TransferSpec
 
@@ -241,9 +242,11 @@ def backend(budget: int | str | None = None, *, activation_budget: float | None 
 
 
 def capture(model: nn.Module, example_inputs: Any, *, loss_fn: LossFn | None = None, cost_model: str = "flops",
-            device: str | None = None) -> tuple[JointGraph, Graph]:
-    """The joint graph of ``model``'s training step and its remat.graph/v1, captured without running the step."""
-    exporter = RematBackend(None, None, name=type(model).__name__, cost_model=cost_model, device=device)
+            device: str | None = None, backward_from: str | int | None = AUTO) -> tuple[JointGraph, Graph]:
+    """The joint graph of ``model``'s training step and its remat.graph/v1, captured without running the step
+    (``backward_from`` as for :func:`rematerialize`)."""
+    exporter = RematBackend(None, None, name=type(model).__name__, cost_model=cost_model, device=device,
+                            backward_from=backward_from)
     args, kwargs = split_inputs(example_inputs)
     step = compile_step(model, loss_fn, exporter, exporter.backward_from)
     with tracing():
@@ -255,9 +258,10 @@ def capture(model: nn.Module, example_inputs: Any, *, loss_fn: LossFn | None = N
 
 
 def export_graph(model: nn.Module, example_inputs: Any, *, loss_fn: LossFn | None = None, cost_model: str = "flops",
-                 device: str | None = None) -> Graph:
+                 device: str | None = None, backward_from: str | int | None = AUTO) -> Graph:
     """The remat.graph/v1 of ``model``'s training step (what ``remat profile`` writes)."""
-    return capture(model, example_inputs, loss_fn=loss_fn, cost_model=cost_model, device=device)[1]
+    return capture(model, example_inputs, loss_fn=loss_fn, cost_model=cost_model, device=device,
+                   backward_from=backward_from)[1]
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ forward+backward graph and hands that to a partitioner. remat's partitioner desc
 graph (:mod:`._joint`), costs it (:mod:`._costs`), gets a plan within the budget (:mod:`._planning`)
 and lowers the plan into the forward and backward graphs (:mod:`._lower`), which run op for op
 (``compiler="eager"``) or compiled by Inductor (``compiler="inductor"``: the plan's computations,
-recomputations included, are kept; Inductor fuses them and places its own frees). Given a
-transfer (:mod:`._transfer`), a plan may also copy values to host memory and back
-(:mod:`._offload`); such plans run with ``compiler="eager"``.
+recomputations included, are kept; Inductor fuses them, in the plan's order, :mod:`._inductor_order`,
+and places its own frees). Given a transfer (:mod:`._transfer`), a plan may also copy values to host
+memory and back (:mod:`._offload`); such plans run with ``compiler="eager"``. Which outputs the
+backward starts from is :mod:`._outputs`'s to say.
 
 Graphs are planned as they come: a new input shape is a new graph with a plan of its own, as
 torch.compile recompiles. A step with graph breaks (torch.compile without ``fullgraph=True``) is
@@ -19,9 +20,7 @@ it leave (the budget less their fixed memory and the values they keep for their 
 from __future__ import annotations
 
 import inspect
-import types
 import warnings
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,12 +31,13 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation, format_size
 
-from ._capture import DryRun, backward_start
+from ._capture import DryRun
 from ._costs import node_costs
-from ._errors import CaptureError, PlanRejected
+from ._errors import CaptureError, PlanRejected, through_torch_compile
 from ._inductor_order import INDUCTOR_CONFIG
 from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
+from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
 from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
 from ._transfer import TransferSpec, check_transfer, transfer_for
 
@@ -45,9 +45,6 @@ __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
 
 COMPILERS = ("eager", "inductor")
 """How the planned graphs run: op for op as planned, or compiled by Inductor."""
-
-AUTO = "auto"
-"""``backward_from`` by default: the step's loss, when it returns one beside other outputs (:func:`_drop_outputs`)."""
 
 
 @dataclass(frozen=True)
@@ -104,10 +101,10 @@ class RematBackend:
         try:
             return self._compile_graph(gm, example_inputs)
         except RematError as e:  # remat's own message, not a compiler's traceback around it
-            raise _through_torch_compile(e, inspect.currentframe()) from e.__cause__
+            raise through_torch_compile(e, inspect.currentframe()) from e.__cause__
 
     def _compile_graph(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        dropped = _drop_outputs(gm, self.backward_from)
+        dropped = drop_outputs(gm, self.backward_from)
         partition = _Partition(self, example_inputs, _frame_id(), drop_outputs=dropped is not None)
         try:
             compiled = self._compile(gm, example_inputs, partition)
@@ -149,7 +146,7 @@ class RematBackend:
                 warned = _warn_if_accumulating(args[0] if boxed else args, self.name)
             outputs = compiled(*args)
             if dropped and torch.is_grad_enabled():
-                outputs = _guard_dropped_outputs(outputs, dropped, self.name, self.backward_from)
+                outputs = guard_dropped_outputs(outputs, dropped, self.name, self.backward_from)
             return outputs
 
         run._boxed_call = boxed  # type: ignore[attr-defined]
@@ -267,108 +264,6 @@ def _random_ops_once(graph: Graph, joint: JointGraph, result: Mapping[str, Any],
              "log": [*result.get("log", []), note]}, kept, again)
 
 
-def _drop_outputs(gm: fx.GraphModule, backward_from: str | int | None) -> list[int] | None:
-    """Detach every output of TorchDynamo's graph but the one the backward starts from; the positions of
-    the detached outputs that had a gradient, or None when every output keeps its own.
-
-    The output is the one the step marked (:func:`._capture.backward_start`); unmarked, with
-    ``backward_from="auto"``, the graph's one scalar that has a gradient among others that have one (a
-    loss returned with logits), else none.
-    """
-    markers = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is backward_start]
-    kept = {marker.args[0] for marker in markers}
-    for marker in markers:
-        marker.replace_all_uses_with(marker.args[0])
-        gm.graph.erase_node(marker)
-    output = next(iter(gm.graph.find_nodes(op="output")))
-    values = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    if not kept and backward_from == AUTO:
-        kept = _lone_loss(values)
-    if not kept:
-        if backward_from not in (None, AUTO):
-            raise CaptureError(f"backward_from={backward_from!r} names no tensor among the step's outputs (a "
-                               f"transformers model computes its loss only when given labels).")
-        gm.recompile()
-        return None
-
-    def with_gradient(node: Any) -> bool:
-        value = node.meta.get("example_value") if isinstance(node, fx.Node) else None
-        return isinstance(value, torch.Tensor) and value.requires_grad
-
-    dropped = [i for i, node in enumerate(values) if node not in kept and with_gradient(node)]
-
-    def detach(node: fx.Node) -> fx.Node:
-        if node in kept or not isinstance(node.meta.get("example_value"), torch.Tensor):
-            return node
-        with gm.graph.inserting_before(output):
-            detached = gm.graph.call_method("detach", (node,))
-        detached.meta = {**node.meta, "example_value": node.meta["example_value"].detach()}
-        return detached
-
-    output.args = fx.node.map_arg(output.args, detach)
-    gm.recompile()
-    return dropped
-
-
-def _lone_loss(values: Sequence[Any]) -> set[fx.Node]:
-    """The one scalar output with a gradient, when other outputs have one too (a loss beside logits); else none."""
-    examples = {n: n.meta.get("example_value") for n in values if isinstance(n, fx.Node)}
-    with_gradient = [n for n, v in examples.items() if isinstance(v, torch.Tensor) and v.requires_grad]
-    scalars = [n for n in with_gradient if examples[n].dim() == 0]  # type: ignore[union-attr]
-    return {scalars[0]} if len(scalars) == 1 and len(with_gradient) > 1 else set()
-
-
-class _NoGradient(torch.autograd.Function):
-    """An output the plan returns without gradient: a view of it whose backward says so, instead of a silently
-    missing term in the gradients (``anchor`` is a tensor that requires grad, so that the view does too)."""
-
-    @staticmethod
-    def forward(ctx: Any, value: torch.Tensor, anchor: torch.Tensor, message: str) -> torch.Tensor:
-        ctx.message = message
-        return value.view_as(value)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> Any:
-        raise PlanRejected(ctx.message)
-
-
-_ANCHOR = torch.zeros((), requires_grad=True)
-
-NO_GRADIENT: type = _NoGradient._backward_cls  # type: ignore[attr-defined]
-"""The autograd node of an output returned without gradient: backpropagating into it raises."""
-
-
-def _guard_dropped_outputs(outputs: Sequence[Any], dropped: Sequence[int], name: str,
-                           backward_from: str | int | None) -> list[Any]:
-    """``outputs`` with those at ``dropped`` made to refuse a gradient; a warning if one is still held when the
-    backward starts (the plan counts them until the end of the forward only)."""
-    start = "its loss" if backward_from == AUTO else f"its output {backward_from!r}"
-    refusal = (f"{name}: the backward of this step was planned from {start} alone, so its other outputs come "
-               f"without gradient; to backpropagate through them too, plan with backward_from=None.")
-    guarded = list(outputs)
-    for i in dropped:
-        if isinstance(guarded[i], torch.Tensor):
-            guarded[i] = _NoGradient.apply(guarded[i], _ANCHOR, refusal)
-    watched = [weakref.ref(guarded[i]) for i in dropped if isinstance(guarded[i], torch.Tensor)]
-    starts = [t.grad_fn for k, t in enumerate(guarded)
-              if k not in dropped and isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    if not watched or not starts:
-        return guarded
-
-    def check(_: Any) -> None:
-        held = [t for t in (ref() for ref in watched) if t is not None]
-        if held:
-            size = format_size(sum(t.untyped_storage().nbytes() for t in held))
-            warnings.warn(f"{name}: {len(held)} outputs besides {start} ({size}) were still held when the backward "
-                          f"started; the plan counts them until the end of the forward only, so the step holds up "
-                          f"to {size} more than planned. Drop them before backward(), as in "
-                          f"loss = model(**batch).loss, or plan with backward_from=None.", ResourceWarning,
-                          stacklevel=2)
-
-    starts[0].register_prehook(check)
-    return guarded
-
-
 def _warn_if_accumulating(inputs: Sequence[Any], name: str) -> bool:
     """Warn if parameters among ``inputs`` hold gradients the step will add into, which its plan did not count;
     whether it warned."""
@@ -387,33 +282,6 @@ def _accumulating(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> boo
     """Whether the step adds into gradients its parameters already hold (gradient accumulation)."""
     return args is not None and any(k == "parameter" and getattr(a, "grad", None) is not None
                                     for a, k in zip(args, kinds, strict=True))
-
-
-def _passing_through(cls: type[RematError]) -> type[RematError]:
-    """``cls`` as an error torch.compile lets through as it is (those it shortens the traceback of), whose
-    message stays remat's own (torch.compile appends advice on its own tracebacks to the arguments)."""
-    from torch._dynamo.exc import ShortenTraceback
-
-    if cls not in _PASSING:
-        def message(self: Any) -> str:
-            return str(self.message)
-
-        _PASSING[cls] = type(cls.__name__, (cls, ShortenTraceback),
-                             {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__str__": message})
-    return _PASSING[cls]
-
-
-_PASSING: dict[type[RematError], type[RematError]] = {}
-
-
-def _through_torch_compile(e: RematError, frame: types.FrameType | None) -> RematError:
-    """``e``, raised in the backend, as an error torch.compile hands to the caller unwrapped (still ``e``'s type;
-    its traceback starts at ``frame``)."""
-    message = str(e)
-    e.__class__ = _passing_through(type(e))
-    e.message = message  # type: ignore[attr-defined]
-    e.first_useful_frame = frame  # type: ignore[attr-defined]
-    return e
 
 
 def _frame_id() -> int:

@@ -75,7 +75,7 @@ def compile_step(model: nn.Module, loss_fn: LossFn | None, backend: Callable[...
 
     With ``backward_from`` (a key of the output, such as ``"loss"``, or a position in an output tuple),
     that output is marked with :func:`backward_start` for the backend; ``"auto"`` marks the key
-    ``"loss"`` where the output has one (the backend then decides, :func:`._backend._drop_outputs`).
+    ``"loss"`` where the output has one (the backend then decides, :func:`._outputs.drop_outputs`).
 
     TorchDynamo keeps compiled graphs (and its limit on recompilations) on the code object of the
     function it compiles, so each step gets a code object of its own: steps of other models or
