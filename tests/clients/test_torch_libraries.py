@@ -91,15 +91,21 @@ def test_a_text_model_trains_with_its_loop_unchanged_within_the_budget(name):
     assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory <= planned.budget
 
 
-def test_a_diffusion_unet_trains_with_its_loss_computed_outside():
+def _unet(text: tuple[int, int], head: int) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], torch.Tensor]:
+    """A small diffusers UNet (``text`` tokens of the given width, attention heads of ``head``), its inputs
+    (latents, timesteps, text) for a batch of 4 and the noise its loss compares with."""
     torch.manual_seed(0)
     unet = diffusers.UNet2DConditionModel(
-        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
+        sample_size=16, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
         norm_num_groups=8, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16, attention_head_dim=4).train()
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=text[1], attention_head_dim=head)
+    inputs = (torch.randn(4, 4, 16, 16), torch.tensor([3, 700, 20, 400]), torch.randn(4, *text))
+    return unet.train(), inputs, torch.randn(4, 4, 16, 16)
+
+
+def test_a_diffusion_unet_trains_with_its_loss_computed_outside():
+    unet, (latents, timesteps, text), noise = _unet((5, 16), 4)
     ref = copy.deepcopy(unet)
-    latents, text = torch.randn(4, 4, 16, 16), torch.randn(4, 5, 16)
-    timesteps, noise = torch.tensor([3, 700, 20, 400]), torch.randn(4, 4, 16, 16)
     rm = rematerialize(unet, (latents, timesteps, text), activation_budget=0.5)
     assert rm.simulation.recomputations > 0
 
@@ -203,13 +209,7 @@ def test_the_backward_starts_from_the_loss_by_default_and_the_other_outputs_refu
 
 def test_inductor_holds_about_what_the_plan_holds():
     """Inductor's kernels run in the plan's order: it no longer hoists the backward's recomputations to its start."""
-    torch.manual_seed(0)
-    unet = diffusers.UNet2DConditionModel(
-        sample_size=16, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
-        norm_num_groups=8, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=64, attention_head_dim=8).train()
-    latents, noise = torch.randn(4, 4, 16, 16), torch.randn(4, 4, 16, 16)
-    text, timesteps = torch.randn(4, 77, 64), torch.tensor([3, 700, 20, 400])
+    unet, (latents, timesteps, text), noise = _unet((77, 64), 8)
     ratios = {}
     for compiler in ("eager", "inductor"):
         model = copy.deepcopy(unet)
