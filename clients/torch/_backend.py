@@ -39,6 +39,7 @@ from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
 from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
+from ._random import REPLAYED
 from ._transfer import TransferSpec, check_transfer, transfer_for
 
 __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
@@ -247,15 +248,16 @@ def _inductor_partitioner(partition: _Partition) -> Any:
 
 def _random_ops_once(graph: Graph, joint: JointGraph, result: Mapping[str, Any], plan: Plan, simulation: Simulation,
                      budget: int) -> tuple[Mapping[str, Any], Plan, Simulation]:
-    """The plan for Inductor, which cannot replay a random state: random ops computed once and kept
-    (see :func:`computing_random_ops_once`), simulated again; the result says so. Refused if it no longer fits."""
-    kept = computing_random_ops_once(graph, plan)
+    """The plan for Inductor, which cannot replay a random state but dropout's (:mod:`._random`): the other
+    random ops computed once and kept (see :func:`computing_random_ops_once`), simulated again; the result
+    says so. Refused if it no longer fits."""
+    kept = computing_random_ops_once(graph, plan, replayed={str(op) for op in REPLAYED})
     if kept == plan:
         return result, plan, simulation
     again = simulate_as_run(graph, joint, kept)
     if again.peak_memory > budget:
-        raise PlanRejected(f"With compiler='inductor', random ops (dropout) cannot be computed again (Inductor "
-                           f"cannot replay a random state), and the plan that keeps them peaks at "
+        raise PlanRejected(f"With compiler='inductor', random ops other than dropout cannot be computed again "
+                           f"(Inductor cannot replay their random state), and the plan that keeps them peaks at "
                            f"{format_size(again.peak_memory)}, over the budget of {format_size(budget)}. Use "
                            f"compiler='eager' or a larger budget.")
     note = f"random ops computed once for Inductor: peak {again.peak_memory}, cost {again.cost:g}"

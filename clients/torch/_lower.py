@@ -6,7 +6,8 @@ forward saves for the backward. Every ``compute`` becomes a fresh copy of the jo
 views and ``getitem`` s are re-created right before each use, so they never outlive their reader;
 every ``free`` becomes a call to :func:`release` after which FX's code generator drops the
 instance. A random op computed more than once saves the generator state at its first compute and
-replays it at the others, so every instance draws the same numbers. An input the step updates in
+replays it at the others, so every instance draws the same numbers (dropout by the custom ops of
+:mod:`._random`, which Inductor compiles too). An input the step updates in
 place (batch norm's running statistics) reaches the backward as a copy taken before the update. A
 value the step returns is computed once: a plan that computes it again gets the first instance.
 
@@ -35,6 +36,7 @@ from remat.schedules import Graph, Plan, Timing
 from ._errors import PlanRejected
 from ._joint import FORWARD_END, MARKERS, STEP_END, JointGraph, first_output
 from ._offload import HostCopies, effect_points
+from ._random import REPLAYED, SAVING_STATE, WITH_STATE
 
 __all__ = ["boxed_compiler", "lower", "release", "split_point"]
 
@@ -357,8 +359,16 @@ class _Phase:
         args = fx.node.map_arg(node.args, self._arg)
         kwargs = fx.node.map_arg(node.kwargs, self._arg)
         op: Any = node.target
-        if name in self.rng_state:
+        if name in self.rng_state and op in REPLAYED:
+            instance = self.graph.call_function(WITH_STATE, (self.rng_state[name], *args), kwargs)
+        elif name in self.rng_state:
             instance = self.graph.call_function(run_with_rng_state, (self.rng_state[name], op, *args), kwargs)
+        elif op in REPLAYED:  # its output and mask, then the state: readers take the first two as the op's
+            instance = self.graph.call_function(SAVING_STATE, args, kwargs)
+            self.rng_state[name] = self.graph.call_function(operator.getitem, (instance, 2))
+            self.rng_state[name].meta["val"] = _fake_rng_state(node)
+            instance.meta = {**node.meta, "val": (*node.meta["val"], self.rng_state[name].meta["val"])}
+            return instance
         else:
             pair = self.graph.call_function(run_and_save_rng_state, (op, *args), kwargs)
             self.rng_state[name] = self.graph.call_function(operator.getitem, (pair, 0))

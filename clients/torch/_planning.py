@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,13 +212,14 @@ class Planner:
         return {**failed, "smallest_peak": peak, "log": [*failed.get("log", []), least]}
 
 
-def computing_random_ops_once(graph: Graph, plan: Plan) -> Plan:
-    """``plan`` with every random op (dropout) computed once and freed after its last reader.
+def computing_random_ops_once(graph: Graph, plan: Plan, *, replayed: Collection[str] = ()) -> Plan:
+    """``plan`` with every random op but those ``replayed`` (ops by name) computed once and freed after its
+    last reader.
 
-    For a compiler that cannot replay a random state (Inductor): instead of freeing a random op's
-    value and computing it again, the plan keeps it. It holds more, so it must be simulated again.
+    For a compiler that cannot replay a random state (Inductor, but for dropout): instead of freeing a
+    random op's value and computing it again, the plan keeps it. It holds more, so it must be simulated again.
     """
-    random = {v for v, node in enumerate(graph.nodes) if node.meta.get("rng")}
+    random = {v for v, node in enumerate(graph.nodes) if node.meta.get("rng") and node.meta["op"] not in replayed}
     last: dict[int, int] = {}  # random op -> the step after which it goes: its last reader, or its compute
     for k, (op, v) in enumerate(plan.steps):
         if op == "compute":
