@@ -251,8 +251,9 @@ def simulate_as_run(graph: Graph, joint: JointGraph, plan: Plan, *, transfer: Tr
 
 
 def _counting_parts_once(graph: Graph, joint: JointGraph, plan: Plan, simulation: Simulation) -> Simulation:
-    """``simulation`` (in order, without transfers) with each output kept apart counted once while its op is
-    resident too: the op's node holds that output's bytes already."""
+    """``simulation`` (in order, without transfers) with each output kept apart counted once while the instance
+    of its op it was taken from is resident too: that instance holds the output's bytes already. (A part taken
+    from an earlier instance of an op computed again shares nothing with the new one.)"""
     position = graph.index
     owner = {position[p.name]: position[p.output_of] for p in joint.producers if p.output_of is not None}
     if not owner:
@@ -260,18 +261,19 @@ def _counting_parts_once(graph: Graph, joint: JointGraph, plan: Plan, simulation
     parts: dict[int, list[int]] = {}
     for part, op in owner.items():
         parts.setdefault(op, []).append(part)
-    resident: set[int] = set()
-    shared = 0
+    memory = graph.memory
+    sharing: set[int] = set()  # resident parts whose op's instance, the one they were taken from, is resident
     timeline = simulation.timeline.copy()
+    shared = 0
     for k, (op, v) in enumerate(plan.steps):
-        overlap = [u for u in parts.get(v, ()) if u in resident] + [v] * (owner.get(v, -1) in resident)
-        change = sum(graph.nodes[u].memory for u in overlap)
-        if op == "compute":
-            resident.add(v)
-            shared += change
-        else:
-            resident.discard(v)
-            shared -= change
+        if op == "compute" and v in owner:  # taken out of the op's resident instance (it reads it)
+            sharing.add(v)
+            shared += int(memory[v])
+        elif op == "free":
+            for u in (v, *parts.get(v, ())):  # the part goes, or the instance it shared
+                if u in sharing:
+                    sharing.discard(u)
+                    shared -= int(memory[u])
         timeline[k] -= shared
     after_computes = [k for k, (op, _) in enumerate(plan.steps) if op == "compute"]
     peak_step = max(after_computes, key=lambda k: (timeline[k], -k))

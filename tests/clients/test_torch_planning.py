@@ -55,3 +55,23 @@ def test_options_a_service_does_not_take_are_refused() -> None:
     with pytest.raises(InvalidRequest, match="drop threads"):
         Planner("checkmate", server="http://remat", options={"threads": 2})
     Planner("checkmate", server="http://remat", options={"convergence": None})  # a service takes it
+
+
+def test_an_output_kept_apart_shares_memory_with_the_instance_it_came_from_only():
+    from types import SimpleNamespace
+
+    from remat.clients.torch._planning import _counting_parts_once
+    from remat.schedules import Graph, Plan, simulate
+
+    graph = Graph.from_json({"format": "remat.graph/v1", "fixed_memory": 0, "nodes": [
+        {"id": "op", "deps": [], "cost": 1, "memory": 10},              # allocates its output and the part
+        {"id": "part", "deps": ["op"], "cost": 0, "memory": 2},         # one of its outputs, kept apart
+        {"id": "use", "deps": ["op", "part"], "cost": 1, "memory": 1}]})
+    joint = SimpleNamespace(producers=[SimpleNamespace(name="op", output_of=None),
+                                       SimpleNamespace(name="part", output_of="op"),
+                                       SimpleNamespace(name="use", output_of=None)])
+    taken = Plan.of([("compute", 0), ("compute", 1), ("compute", 2)])       # the part is in the op's storage
+    again = Plan.of([("compute", 0), ("compute", 1), ("free", 0), ("compute", 0), ("compute", 2)])
+    assert _counting_parts_once(graph, joint, taken, simulate(graph, taken)).timeline.tolist() == [10, 10, 11]
+    # computed again, the op allocates all its outputs anew: the part taken before is a storage of its own
+    assert _counting_parts_once(graph, joint, again, simulate(graph, again)).timeline.tolist() == [10, 10, 2, 12, 13]
