@@ -42,8 +42,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.token_check = TokenCheck(settings.tokens)
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,  # innermost: the endpoint reads through it
-                       max_in_flight_bytes=settings.max_body_bytes_in_flight, retry_after_s=settings.retry_after_s)
-    app.add_middleware(Authenticate, check=app.state.token_check)  # outside it: no body is read before the token
+                       max_in_flight_bytes=settings.max_body_bytes_in_flight,
+                       max_per_token_bytes=settings.body_share_bytes, timeout_s=settings.body_timeout_s,
+                       retry_after_s=settings.retry_after_s)
+    app.add_middleware(Authenticate, check=app.state.token_check)  # outside it: only a checked token reserves room
     app.middleware("http")(count_requests)
     app.include_router(routes.health)
     app.include_router(routes.dashboard)

@@ -53,7 +53,7 @@ _STATUS: dict[type[RematError], int] = {
     SolverFailed: 500,
 }
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
+           408: "Request Timeout", 413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
            500: "Internal Server Error", 503: "Service Unavailable"}
 _ATTRIBUTES = ("node", "field", "step", "stage", "job_id")
 STORE_UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError,

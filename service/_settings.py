@@ -64,8 +64,14 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=16 * 2**20, ge=1024)
     """Largest request body (a 20,000-node graph with 400,000 edges is about 7 MB of JSON); beyond it, 413."""
     max_body_bytes_in_flight: int = Field(default=32 * 2**20, ge=1024)
-    """Bytes of all the request bodies the API handles at once (each costs about fifteen times its size while
-    it is parsed); a request finding no room within 10 s gets 503 with Retry-After."""
+    """Bytes of all the authenticated request bodies the API handles at once (each costs about fifteen times its
+    size while it is parsed); a request finding no room within 10 s gets 503 with Retry-After."""
+    max_body_bytes_per_token: int | None = Field(default=None, ge=1024)
+    """Bytes of one token's request bodies the API handles at once, so that its stalled or slow bodies leave
+    room for the others; default: half of max_body_bytes_in_flight, and at least max_body_bytes."""
+    body_timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """Seconds a request body may take to arrive in full once the API starts reading it; beyond, 408 and the
+    connection closed."""
     max_nodes: int = Field(default=GraphLimits.max_nodes, ge=1)
     max_edges: int = Field(default=GraphLimits.max_edges, ge=0)
     max_time_limit_s: float = Field(default=3600.0, gt=0)
@@ -135,6 +141,10 @@ class Settings(BaseSettings):
         if self.max_body_bytes > self.max_body_bytes_in_flight:
             raise ValueError(f"max_body_bytes ({self.max_body_bytes}) must not exceed max_body_bytes_in_flight "
                              f"({self.max_body_bytes_in_flight})")
+        share = self.max_body_bytes_per_token
+        if share is not None and not self.max_body_bytes <= share <= self.max_body_bytes_in_flight:
+            raise ValueError(f"max_body_bytes_per_token ({share}) must lie between max_body_bytes "
+                             f"({self.max_body_bytes}) and max_body_bytes_in_flight ({self.max_body_bytes_in_flight})")
         return self
 
     @model_validator(mode="after")
@@ -151,6 +161,13 @@ class Settings(BaseSettings):
     @property
     def retention(self) -> Retention:
         return Retention(self.retention_s, self.retention_jobs, self.retention_sweeps)
+
+    @property
+    def body_share_bytes(self) -> int:
+        """Bytes of one token's request bodies handled at once (``max_body_bytes_per_token`` or its default)."""
+        if self.max_body_bytes_per_token is not None:
+            return self.max_body_bytes_per_token
+        return max(self.max_body_bytes, self.max_body_bytes_in_flight // 2)
 
     @property
     def graph_limits(self) -> GraphLimits:

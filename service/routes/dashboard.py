@@ -161,25 +161,14 @@ def job_data(job_id: IdPath, service: ServiceDep, token: ViewerDep) -> JSONRespo
     return JSONResponse(job_update(JobPublic.of(job).model_dump(mode="json"), poll=poll))
 
 
-LOGIN_FORM_BYTES = 4096
-"""Most bytes of the sign-in form (a token and a page address) read from anyone, signed in or not."""
-
-
 @public.post("/login")
 async def login(request: Request) -> Response:
-    """The sign-in form's target: checks the token, sets the cookie, goes on to the page asked for."""
-    form = parse_qs((await _small_body(request, LOGIN_FORM_BYTES)).decode("utf-8", "replace"))
+    """The sign-in form's target: checks the token, sets the cookie, goes on to the page asked for.
+
+    The form is read whole: :class:`~.._bodies.BodyLimit` lets a path that needs no token send at most
+    PUBLIC_BODY_BYTES, within the body timeout, and reserves nothing for it."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
     return _sign_in(request, form.get("token", [""])[0], _local(form.get("next", ["/dashboard"])[0]))
-
-
-async def _small_body(request: Request, max_bytes: int) -> bytes:
-    """The body, read no further than ``max_bytes`` (413 beyond: the rest is never received)."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise HTTPException(413, f"The sign-in form is over the {max_bytes} bytes it may have.")
-    return bytes(body)
 
 
 @public.get("/static/{name}")
