@@ -7,6 +7,7 @@ unexpected is a 500 whose details stay in the server log.
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Mapping
@@ -56,6 +57,8 @@ _TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Meth
            408: "Request Timeout", 413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
            500: "Internal Server Error", 503: "Service Unavailable"}
 _ATTRIBUTES = ("node", "field", "step", "stage", "job_id")
+SHOWN_CHARS = 100
+"""Most characters of a request's own text (a field's or node's name) a problem document repeats."""
 STORE_UNREACHABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError,
                                                   redis.exceptions.OutOfMemoryError, sqlite3.OperationalError)
 """Errors of a job store that is down, locked or full (Redis at its maxmemory): 503 with Retry-After, not a 500."""
@@ -83,7 +86,16 @@ def problem(status: int, detail: str, *, kind: str | None = None, instance: str 
     if instance:
         body["instance"] = instance
     body.update({k: v for k, v in extra.items() if v is not None})
-    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=dict(headers or {}))
+    return ProblemResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=dict(headers or {}))
+
+
+class ProblemResponse(JSONResponse):
+    """A problem document that always encodes: text no response can carry (a lone surrogate a request sent, and
+    an error repeated) is written as ``?``, never a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None,
+                          separators=(",", ":")).encode("utf-8", "replace")
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -130,7 +142,8 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 def _describe(error: Mapping[str, Any], body: Any) -> dict[str, Any]:
     """One validation error as ``{loc, field, node, type, msg, message}``; the node by id when known (in a
     request's ``graph``, or in any graph of its ``graphs``)."""
-    loc = [p for p in error.get("loc", ()) if p != "body"]
+    loc = [*error.get("loc", ()), *(error.get("ctx") or {}).get("at", ())]  # ctx["at"]: where below its loc
+    loc = [shown(p) if isinstance(p, str) else p for p in loc[loc[:1] == ["body"]:]]
     out: dict[str, Any] = {"loc": loc, "type": error.get("type", ""), "msg": error.get("msg", "")}
     out["field"] = ".".join(str(p) for p in loc if not isinstance(p, int)) or None
     where = out["field"] or "the body"
@@ -140,7 +153,7 @@ def _describe(error: Mapping[str, Any], body: Any) -> dict[str, Any]:
         node = _node_id(body, loc[:at + 3])
         out["node"] = node
         field = ".".join(str(p) for p in loc[at + 3:]) or "node"
-        name = f"{node!r} (#{loc[at + 2]})" if node else f"#{loc[at + 2]}"
+        name = f"'{node}' (#{loc[at + 2]})" if node else f"#{loc[at + 2]}"
         graph = "graph" if at == 0 else ".".join(str(p) for p in loc[:at + 1])
         where = f"{graph} node {name}: field {field!r}"
     out["message"] = f"{where}: {out['msg']}"
@@ -155,7 +168,14 @@ def _node_id(body: Any, path: list[Any]) -> str | None:
         node_id = body["id"]
     except (KeyError, IndexError, TypeError):
         return None
-    return node_id if isinstance(node_id, str) and node_id else None
+    return shown(node_id) if isinstance(node_id, str) and node_id else None
+
+
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as a problem document may show it: lone surrogates written as escapes (no response could encode
+    them), at most ``limit`` characters (a request's own long names are not echoed whole)."""
+    safe = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return safe if len(safe) <= limit else f"{safe[:limit]}... ({len(text)} characters)"
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -8,9 +8,9 @@ cannot say (unknown deps, cycles, duplicate ids) :meth:`GraphIn.to_graph` checks
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from remat.schedules import (
     GRAPH_FORMAT,
@@ -25,6 +25,7 @@ from remat.solvers import DEFAULT_CONVERGENCE, DEFAULT_MIP_GAP, RESULT_FORMAT
 
 from ._jobs import Job, JobStatus
 from ._sweeps import Sweep, status_counts
+from ._values import JsonRequest, OptionName, OptionValue
 
 __all__ = [
     "GraphIn",
@@ -44,13 +45,18 @@ __all__ = [
 ]
 
 
+MAX_ID = 1000
+"""Most characters of a node's id (and so of each of its deps)."""
+
+
 class NodeIn(BaseModel):
     """One operation of a remat.graph/v1; fields other than these are kept as metadata."""
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(min_length=1, max_length=1000)
-    deps: list[str] = Field(default_factory=list, description="ids of earlier nodes whose outputs it reads")
+    id: str = Field(min_length=1, max_length=MAX_ID)
+    deps: list[Annotated[str, StringConstraints(max_length=MAX_ID)]] = Field(
+        default_factory=list, description="ids of earlier nodes whose outputs it reads")
     cost: float = Field(ge=0, allow_inf_nan=False)
     memory: int = Field(ge=0, le=MAX_TOTAL_BYTES, description="bytes of its output")
     kind: Literal["forward", "backward"] = "forward"
@@ -82,7 +88,7 @@ class ConvergenceIn(BaseModel):
                              description="a fraction of the best cost")
 
 
-class _SolveOptions(BaseModel):
+class _SolveOptions(JsonRequest):
     model_config = ConfigDict(extra="forbid")
 
     backend: str = Field("auto", max_length=100, description="solver backend of checkmate; auto picks one")
@@ -119,7 +125,7 @@ class SolveRequest(_SolveOptions):
     budget_ratio: float | None = Field(None, gt=0, le=MAX_BUDGET_RATIO, allow_inf_nan=False,
                                        description="fraction of the checkpoint-all peak")
     strategy: str = Field("checkmate", min_length=1, max_length=100)
-    options: dict[str, bool | int | float | str] = Field(
+    options: dict[OptionName, OptionValue] = Field(
         default_factory=dict, max_length=20,
         description="the strategy's own options (GET /v1/strategies lists them); unknown ones are refused")
     wait_s: float | None = Field(None, ge=0, allow_inf_nan=False,
