@@ -7,14 +7,15 @@
     ├── Unauthorized   no valid bearer token (401)
     ├── TooManyJobs    the token has its maximum of queued and running jobs (429, Retry-After)
     ├── QueueFull      the queue holds its maximum of jobs (503, Retry-After)
-    └── QueueUnreachable  a worker cannot reach its Redis queue
+    ├── QueueUnreachable  a worker cannot reach its Redis queue
+    └── StoreUnusable  ``remat serve`` cannot open or write its embedded job store
 """
 
 from __future__ import annotations
 
 from remat.schedules import RematError
 
-__all__ = ["JobNotFound", "QueueFull", "QueueUnreachable", "TooManyJobs", "Unauthorized"]
+__all__ = ["JobNotFound", "QueueFull", "QueueUnreachable", "StoreUnusable", "TooManyJobs", "Unauthorized"]
 
 
 class JobNotFound(RematError):
@@ -45,3 +46,7 @@ class QueueFull(_Busy):
 
 class QueueUnreachable(RematError):
     """``remat worker`` cannot reach the Redis server of its queue."""
+
+
+class StoreUnusable(RematError):
+    """``remat serve``'s SQLite job store is damaged, not a database, or cannot be written."""

@@ -8,7 +8,10 @@ from ._jobs import Job
 from ._settings import Settings
 from ._store import JobStore
 
-__all__ = ["Executor", "open_executor"]
+__all__ = ["STORE_FILE", "Executor", "open_executor"]
+
+STORE_FILE = "jobs.sqlite3"
+"""The embedded job store's file, in the data directory."""
 
 
 class Executor(Protocol):
@@ -45,4 +48,4 @@ def open_executor(settings: Settings) -> Executor:
     from ._local import LocalExecutor
     from ._sqlite import SqliteStore
 
-    return LocalExecutor(SqliteStore(settings.data_dir / "jobs.sqlite3", **policy), settings)
+    return LocalExecutor(SqliteStore(settings.data_dir / STORE_FILE, **policy), settings)

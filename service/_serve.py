@@ -6,6 +6,8 @@ import copy
 import ipaddress
 import logging
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -18,8 +20,10 @@ from remat.schedules import InvalidRequest
 
 from ._app import create_app
 from ._cluster import run_worker
-from ._errors import QueueUnreachable
+from ._errors import QueueUnreachable, StoreUnusable
+from ._executor import STORE_FILE
 from ._settings import Settings
+from ._sqlite import SqliteStore
 
 __all__ = ["RedactTokens", "load_settings", "redacted", "serve", "work"]
 
@@ -50,14 +54,27 @@ def serve(settings: Settings) -> None:
     Refuses (InvalidRequest) to listen beyond this machine without tokens, unless ``settings.insecure``.
     """
     _refuse_open_exposure(settings)
-    _configure_logging(settings)
     if not settings.queue_url:
         settings.data_dir.mkdir(parents=True, exist_ok=True)  # an unusable data dir is a one-line error, here
+        _check_store(settings.data_dir / STORE_FILE)
+    _configure_logging(settings)
     mode = f"queue {settings.queue_name!r} at {redacted(settings.queue_url)}" if settings.queue_url else \
         f"embedded, {settings.slots} slots, store in {settings.data_dir}"
     log.info("remat serve: %s; authentication %s", mode, "on" if settings.auth_enabled else "off")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                 log_config=_uvicorn_logging(), timeout_graceful_shutdown=10)
+
+
+def _check_store(path: Path) -> None:
+    """Open the embedded store and write to it once, so that a damaged or read-only file is a one-line
+    StoreUnusable saying what to do, here, rather than a traceback when the app starts or a 503 per request."""
+    try:
+        SqliteStore(path).close()
+    except sqlite3.DatabaseError as e:  # OperationalError (read-only, locked) included
+        raise StoreUnusable(
+            f"The job store {path} cannot be used: {e}. If it is damaged or not a remat store, move it aside (a new "
+            f"one is made) or restore a backup; if it is read-only, make it and {path.parent} writable by this "
+            f"user; or give another --data-dir (REMAT_DATA_DIR).") from None
 
 
 def _refuse_open_exposure(settings: Settings) -> None:

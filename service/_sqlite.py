@@ -103,6 +103,7 @@ class SqliteStore(JobStore):
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self.migrate()
+        self.check_writable()
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -126,6 +127,12 @@ class SqliteStore(JobStore):
                 for statement in script.split(";"):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {number}")
+
+    def check_writable(self) -> None:
+        """Write the file's schema version again (no change): sqlite3.OperationalError now, not at the first job, when
+        it is read-only (with its schema up to date, nothing else would have written)."""
+        with self._immediate() as conn:
+            conn.execute(f"PRAGMA user_version = {conn.execute('PRAGMA user_version').fetchone()[0]}")
 
     @contextmanager
     def _immediate(self) -> Iterator[sqlite3.Connection]:
