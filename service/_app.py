@@ -13,6 +13,7 @@ from ._auth import Authenticate, TokenCheck
 from ._bodies import BodyLimit
 from ._deps import require_token
 from ._executor import open_executor
+from ._headers import SecurityHeaders
 from ._jobs import remat_version
 from ._metrics import Metrics, count_requests
 from ._problems import install_problem_handlers
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_per_token_bytes=settings.body_share_bytes, timeout_s=settings.body_timeout_s,
                        retry_after_s=settings.retry_after_s)
     app.add_middleware(Authenticate, check=app.state.token_check)  # outside it: only a checked token reserves room
+    app.add_middleware(SecurityHeaders)  # outside both: their refusals carry the headers too
     app.middleware("http")(count_requests)
     app.include_router(routes.health)
     app.include_router(routes.dashboard)
