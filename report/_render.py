@@ -139,6 +139,7 @@ def render_max_batch(doc: Mapping[str, Any], *, poll: str | None) -> str:
     return _render("max_batch.html", doc=doc, data=data, fragments=_max_batch_fragments(doc))
 
 
-def render_login(*, next_url: str, message: str) -> str:
-    """The page that asks for a bearer token when authentication is on."""
-    return _render("login.html", next_url=next_url, message=message)
+def render_login(*, next_url: str, message: str, csrf: str) -> str:
+    """The page that asks for a bearer token when authentication is on; ``csrf`` is the form's one-time value,
+    which the sign-in must send back with the cookie issued beside it."""
+    return _render("login.html", next_url=next_url, message=message, csrf=csrf)

@@ -6,10 +6,9 @@ live while it runs (their ``/data`` twins answer the page's polls); ``/dashboard
 
 When the service requires a bearer token, so do the pages. A browser cannot send an Authorization
 header on a link, so a page also accepts the token from the ``remat_token`` cookie, an HTTP-only,
-SameSite=Strict cookie scoped to ``/dashboard``. The sign-in form a browser gets instead of a 401
-(``POST /dashboard/login``) sets it, and so does a link with ``?token=TOKEN``, which then redirects to
-the same page without the token (the link itself still reaches the server's access log; the form does
-not). The cookie is accepted only here, by pages that change nothing, and never by the ``/v1`` API.
+SameSite=Strict cookie scoped to ``/dashboard``. Only the sign-in form a browser gets instead of a 401
+(``POST /dashboard/login``, :mod:`._sign_in`) sets it; a link with ``?token=`` signs nobody in. The
+cookie is accepted only here, by pages that change nothing, and never by the ``/v1`` API.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Cookie, Depends, Header, Path, Request
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from remat.report import (
     ASSETS,
@@ -29,7 +28,6 @@ from remat.report import (
     max_batch_update,
     render_index,
     render_job,
-    render_login,
     render_max_batch,
     render_root,
     render_sweep,
@@ -41,9 +39,8 @@ from .._errors import Unauthorized
 from .._jobs import JobStatus, remat_version
 from .._schemas import JobPublic
 from ..dashboard import load_job, load_recent, load_sweep
+from ._sign_in import sign_in, sign_in_form
 
-COOKIE = "remat_token"
-"""The cookie that carries a browser's bearer token to the pages."""
 RECENT_SWEEPS = 20
 RECENT_JOBS = 50
 
@@ -57,44 +54,20 @@ def viewer(request: Request, authorization: Annotated[str | None, Header()] = No
     return token
 
 
-def _local(url: str) -> str:
-    """``url`` when it is a dashboard path of this server, else the dashboard's front page."""
-    return url if url.startswith("/dashboard") and not url.startswith("//") else "/dashboard"
-
-
-def _sign_in(request: Request, token: str, next_url: str) -> Response:
-    """Check ``token``; if good, set the cookie and go on to ``next_url``, else show the sign-in form again."""
-    check = request.app.state.token_check
-    if not check.enabled:
-        return RedirectResponse(next_url, status_code=303)
-    try:
-        check(f"Bearer {token}")
-    except Unauthorized as e:
-        return HTMLResponse(render_login(next_url=next_url, message=str(e)), status_code=401)
-    response = RedirectResponse(next_url, status_code=303)
-    response.set_cookie(COOKIE, token, path="/dashboard", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
-    return response
-
-
 class PageRoute(APIRoute):
-    """A dashboard route: ``?token=`` signs in, and a browser without a valid token gets the sign-in form
-    (data requests still get the 401 problem document)."""
+    """A dashboard route: a browser without a valid token gets the sign-in form (data requests still get the 401
+    problem document)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handle = super().get_route_handler()
 
         async def route(request: Request) -> Response:
-            here = request.url.path
-            if "token" in request.query_params and request.method == "GET":
-                rest = request.url.remove_query_params("token").query
-                return _sign_in(request, request.query_params["token"], _local(f"{here}?{rest}" if rest else here))
             try:
                 return await handle(request)
             except Unauthorized as e:
                 if "text/html" not in request.headers.get("accept", ""):
                     raise
-                return HTMLResponse(render_login(next_url=_local(here), message=str(e)), status_code=401)
+                return sign_in_form(request, next_url=request.url.path, message=str(e))
 
         return route
 
@@ -163,12 +136,11 @@ def job_data(job_id: IdPath, service: ServiceDep, token: ViewerDep) -> JSONRespo
 
 @public.post("/login")
 async def login(request: Request) -> Response:
-    """The sign-in form's target: checks the token, sets the cookie, goes on to the page asked for.
+    """The sign-in form's target: checks the form and the token, sets the cookie, goes on to the page asked for.
 
     The form is read whole: :class:`~.._bodies.BodyLimit` lets a path that needs no token send at most
     PUBLIC_BODY_BYTES, within the body timeout, and reserves nothing for it."""
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    return _sign_in(request, form.get("token", [""])[0], _local(form.get("next", ["/dashboard"])[0]))
+    return sign_in(request, parse_qs((await request.body()).decode("utf-8", "replace")))
 
 
 @public.get("/static/{name}")

@@ -128,29 +128,64 @@ def test_with_authentication_a_browser_gets_the_sign_in_form(secured: TestClient
     assert secured.get(ASSETS["plotly.js"].url).status_code == 200, "assets need no token"
 
 
+def _issued_form(client: TestClient, path: str = "/dashboard") -> str:
+    """The hidden form value of the sign-in form a browser gets on ``path`` (its cookie is now in ``client``)."""
+    r = client.get(path, headers={"Accept": "text/html"})
+    assert r.status_code == 401 and "remat_csrf=" in r.headers["set-cookie"]
+    found = re.search(r'name="csrf" value="([^"]+)"', r.text)
+    assert found, "the form carries its value"
+    return found.group(1)
+
+
 def test_the_sign_in_form_sets_a_cookie_for_the_dashboard_only(secured: TestClient):
-    bad = secured.post("/dashboard/login", data={"token": "wrong-token-wrong-token", "next": "/dashboard"},
-                       follow_redirects=False)
-    assert bad.status_code == 401 and "not valid" in bad.text and "set-cookie" not in bad.headers
-    r = secured.post("/dashboard/login", data={"token": TOKEN, "next": "/dashboard"}, follow_redirects=False)
+    bad = secured.post("/dashboard/login", data={"token": "wrong-token-wrong-token", "next": "/dashboard",
+                                                 "csrf": _issued_form(secured)}, follow_redirects=False)
+    assert bad.status_code == 401 and "not valid" in bad.text and "remat_token" not in bad.headers["set-cookie"]
+    r = secured.post("/dashboard/login", data={"token": TOKEN, "next": "/dashboard", "csrf": _issued_form(secured)},
+                     follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/dashboard"
-    cookie = r.headers["set-cookie"]
-    assert "remat_token=" in cookie and "HttpOnly" in cookie and "Path=/dashboard" in cookie
-    assert "samesite=strict" in cookie.lower()
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("remat_token="))
+    assert "HttpOnly" in cookie and "Path=/dashboard" in cookie and "samesite=strict" in cookie.lower()
     assert secured.get("/dashboard").status_code == 200
     assert secured.get("/v1/jobs").status_code == 401, "the API never takes the cookie"
 
 
-def test_a_token_link_signs_in_and_drops_the_token_from_the_address(secured: TestClient):
-    r = secured.get(f"/dashboard?token={TOKEN}&x=1", follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/dashboard?x=1"
-    assert secured.get("/dashboard").status_code == 200
+@pytest.mark.parametrize("forged", [{}, {"csrf": "made-up"}], ids=["no-form-value", "another-value"])
+def test_a_sign_in_from_a_form_the_dashboard_did_not_issue_is_refused(secured: TestClient, forged: dict):
+    """Login CSRF: another site posts its own token from its own form; the browser must not be signed in."""
+    if forged:
+        _issued_form(secured)  # the browser holds a form value of its own, which the forged post does not know
+    r = secured.post("/dashboard/login", data={"token": TOKEN, "next": "/dashboard", **forged},
+                     follow_redirects=False)
+    assert r.status_code == 403 and 'name="csrf"' in r.text
+    assert "remat_token" not in r.headers.get("set-cookie", "")
+    assert secured.get("/dashboard").status_code == 401
+
+
+def test_a_token_link_does_not_sign_in(secured: TestClient):
+    r = secured.get(f"/dashboard?token={TOKEN}&x=1", headers={"Accept": "text/html"}, follow_redirects=False)
+    assert r.status_code == 401 and "remat_token" not in r.headers.get("set-cookie", "")
+    assert secured.get("/dashboard").status_code == 401
 
 
 def test_sign_in_goes_on_only_to_dashboard_pages(secured: TestClient):
-    r = secured.post("/dashboard/login", data={"token": TOKEN, "next": "https://evil.example/"},
-                     follow_redirects=False)
+    r = secured.post("/dashboard/login", data={"token": TOKEN, "next": "https://evil.example/",
+                                               "csrf": _issued_form(secured)}, follow_redirects=False)
     assert r.headers["location"] == "/dashboard"
+
+
+@pytest.mark.parametrize("path", ["/dashboard", "/dashboard/jobs/abc", "/", "/v1/jobs", "/dashboard/static/x"])
+def test_every_page_sends_the_security_headers(secured: TestClient, path: str):
+    r = secured.get(path, headers={"Accept": "text/html"})
+    assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["referrer-policy"] == "no-referrer"
+    policy = r.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy and "unsafe-eval" not in policy
+
+
+def test_the_api_documentation_keeps_its_cdn_scripts(secured: TestClient):
+    r = secured.get("/docs")
+    assert r.status_code == 200 and "content-security-policy" not in r.headers and r.headers["x-frame-options"]
 
 
 def test_a_bearer_header_works_too(secured: TestClient):
