@@ -4,7 +4,12 @@ The child runs :func:`remat.solvers.solve`. Child and parent share a pipe: the c
 progress and the result; the parent sends ``("stop", reason)``, which a thread of the child turns
 into the solve's stop with that reason (even while the main thread is inside a solver's C code), so
 the strategy returns its best plan so far and the result's status says why it stopped. When the
-parent disappears the child kills its own group, so no solver outlives the runner that started it.
+parent disappears the child kills its own group, so no solver outlives the runner that started it:
+the pipe's end of file tells the child's listening thread at once; and on Linux, where that thread
+cannot run (a solver holding the interpreter in C code, a stopped process), the kernel kills the
+child when the forkserver it was forked from exits, which the forkserver does as soon as the runner's
+process is gone (:func:`_die_with_forkserver`). The engines and helpers the solve started follow when
+their input ends, within :data:`~remat.solvers._supervise.GRACE_S`.
 The parent stops a child in two steps: the stop message, then SIGKILL to its whole group.
 
 Children come from a forkserver that has imported remat.solvers once (the API process has threads,
@@ -13,10 +18,12 @@ so it must not fork itself), which makes starting a solve cheap.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Mapping
@@ -32,6 +39,9 @@ from remat.solvers import Stop, StopReason, solve
 from ._jobs import SolveSpec
 
 __all__ = ["SolverProcess", "solver_context"]
+
+PR_SET_PDEATHSIG = 1
+"""Linux prctl(2) option: the signal the kernel sends this process when its parent exits."""
 
 Message = tuple[str, Any]
 """From the child: ("progress", Progress JSON), ("result", remat.result/v1), ("error", a sentence for the
@@ -128,6 +138,7 @@ class SolverProcess:
 def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any], threads: int,
           max_result_bytes: int) -> None:
     os.setpgid(0, 0)
+    _die_with_forkserver()
     stop, finished = Stop(), threading.Event()
     threading.Thread(target=_listen, args=(conn, stop, finished), name="parent-watch", daemon=True).start()
     try:
@@ -144,6 +155,30 @@ def _main(conn: Connection, spec_doc: dict[str, Any], graph_doc: dict[str, Any],
         message = ("crash", traceback.format_exc(limit=20))
     finished.set()
     conn.send(message)
+
+
+def _die_with_forkserver() -> None:
+    """Linux: have the kernel SIGKILL this child when its parent, the forkserver, exits; and let the forkserver
+    exit as soon as the runner's process is gone (elsewhere the pipe's end of file alone ends the child).
+
+    A forkserver stays up while any process holds its "alive" pipe: the runner, and every child it forked
+    (each inherits the pipe so that it could start processes of its own that way, which a solve never does).
+    The child closes its copy, so the runner's exit alone ends the forkserver, and with it this child.
+    """
+    server = forkserver._forkserver
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        os.close(alive)
+        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        failed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no libc with prctl: the pipe alone ends the child
+        return
+    if not failed and os.getppid() != parent:  # the forkserver exited before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _result_message(result: dict[str, Any], max_bytes: int) -> Message:
