@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import redis
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
@@ -30,9 +31,12 @@ from remat.schedules import RematError
 from ._child import solver_context
 from ._jobs import Job, JobStatus, owner_name
 from ._maintenance import Chores
+from ._reconnect import Backoff, Outage
 from ._redis import RedisStore
 from ._runner import RunnerConfig, run_claimed
 from ._settings import Settings
+from ._ticket_worker import TicketWorker, work_through_outages
+from ._urls import redacted
 
 __all__ = ["PERFORM", "QueueExecutor", "Ticket", "perform", "run_worker"]
 
@@ -85,12 +89,16 @@ def ticket_queue(settings: Settings) -> Queue:
 
 
 class QueueExecutor:
-    """Sends a ticket for every job that becomes queued, and runs the maintenance of ``store``."""
+    """Sends a ticket for every job that becomes queued, and runs the maintenance of ``store``; ``waiting`` says
+    what this process does while Redis is unreachable (logged once per outage)."""
 
-    def __init__(self, store: RedisStore, settings: Settings) -> None:
+    def __init__(self, store: RedisStore, settings: Settings, *,
+                 waiting: str = "maintenance waits for it and the API answers 503") -> None:
         self.store = store
         self.settings = settings
         self.queue = ticket_queue(settings)
+        self.outage = Outage(f"Redis at {redacted(settings.queue_url)}", waiting=waiting,
+                             backoff=Backoff(cap_s=settings.reconnect_max_wait_s))
         self.chores = Chores(store, self.dispatch, settings)
         self._short = 0
         self._stopping = threading.Event()
@@ -98,7 +106,8 @@ class QueueExecutor:
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.chores.loop, name="remat-maintenance", daemon=True,
-                                        args=(self._stopping, self.settings.lease_s / 2, self.send_missing_tickets))
+                                        args=(self._stopping, self.settings.lease_s / 2, self.send_missing_tickets,
+                                              self.outage))
         self._thread.start()
 
     def dispatch(self, job: Job) -> None:
@@ -164,20 +173,28 @@ def perform() -> str:
 
 
 def run_worker(settings: Settings, *, burst: bool = False, name: str | None = None) -> None:
-    """Run a ``remat worker``: solve the jobs of ``settings.queue_name`` one at a time until stopped."""
+    """Run a ``remat worker``: solve the jobs of ``settings.queue_name`` one at a time until stopped, waiting out
+    every Redis outage (at start too) instead of exiting."""
     global _worker
     store = RedisStore.from_url(settings.queue_url or "", prefix=settings.redis_prefix, lease_s=settings.lease_s,
                                 max_attempts=settings.max_attempts, share_results=settings.share_results)
-    executor = QueueExecutor(store, settings)
+    executor = QueueExecutor(store, settings, waiting="the worker waits for it before it takes another job (a "
+                                                      "running solve goes on)")
     threads = settings.solver_threads or os.cpu_count() or 1
     config = RunnerConfig(settings.lease_s, settings.cancel_grace_s, threads, settings.max_result_bytes,
                           solver_context())
-    worker = SimpleWorker([executor.queue], connection=executor.queue.connection, name=name,
-                          serializer=JSONSerializer, job_class=Ticket)
-    _worker = _WorkerContext(executor.store, owner_name(worker.name), config, threading.Event(), executor.chores)
+    stopping = threading.Event()
+
+    def make_worker(worker_name: str) -> TicketWorker:
+        return TicketWorker([executor.queue], connection=executor.queue.connection, name=worker_name,
+                            serializer=JSONSerializer, job_class=Ticket, outage=executor.outage, stopping=stopping)
+
+    name = name or uuid.uuid4().hex
+    _worker = _WorkerContext(executor.store, owner_name(name), config, threading.Event(), executor.chores)
     executor.start()
     try:
-        worker.work(burst=burst, logging_level=settings.log_level.upper())
+        work_through_outages(make_worker, executor.queue.connection, name=name, burst=burst,
+                             logging_level=settings.log_level.upper(), outage=executor.outage, stopping=stopping)
     finally:
         executor.close()
         _worker = None

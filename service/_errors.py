@@ -7,7 +7,7 @@
     ├── Unauthorized   no valid bearer token (401)
     ├── TooManyJobs    the token has its maximum of queued and running jobs (429, Retry-After)
     ├── QueueFull      the queue holds its maximum of jobs (503, Retry-After)
-    ├── QueueUnreachable  a worker cannot reach its Redis queue
+    ├── QueueUnreachable  a worker's Redis refuses its credentials
     └── StoreUnusable  ``remat serve`` cannot open or write its embedded job store
 """
 
@@ -45,7 +45,8 @@ class QueueFull(_Busy):
 
 
 class QueueUnreachable(RematError):
-    """``remat worker`` cannot reach the Redis server of its queue."""
+    """The Redis server of ``remat worker``'s queue refuses it (wrong password or rights); an unreachable one is
+    waited for instead."""
 
 
 class StoreUnusable(RematError):

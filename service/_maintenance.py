@@ -22,6 +22,7 @@ from remat.schedules import RematError
 from ._batch_planner import advance_max_batches
 from ._jobs import Job
 from ._planner import complete_sweeps
+from ._reconnect import UNREACHABLE, Outage
 from ._settings import Settings
 from ._store import JobStore
 
@@ -67,15 +68,22 @@ class Chores:
         except Exception:
             log.exception("max-batch searches: unexpected error; the next pass tries again")
 
-    def loop(self, stopping: threading.Event, interval_s: float, also: Callable[[], None] | None = None) -> None:
-        """``run`` (then ``also``) every ``interval_s`` until ``stopping`` is set; an error is logged, not fatal."""
+    def loop(self, stopping: threading.Event, interval_s: float, also: Callable[[], None] | None = None,
+             outage: Outage | None = None) -> None:
+        """``run`` (then ``also``) every ``interval_s`` until ``stopping`` is set; an error is logged, not fatal (an
+        unreachable Redis only in ``outage``, once per outage, where one is given)."""
         while not stopping.wait(interval_s):
             try:
                 self.run()
                 if also is not None:
                     also()
-            except Exception:
+            except Exception as e:
+                if outage is not None and isinstance(e, UNREACHABLE):
+                    outage.failed(e)
+                    continue
                 log.exception("maintenance: unexpected error; going on")
+            if outage is not None:
+                outage.ended()
 
 
 def check_heartbeat(path: Path | None, *, max_age_s: float) -> float:

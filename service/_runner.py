@@ -4,7 +4,9 @@ The same runner serves the embedded executor's slots and ``remat worker``. It re
 lease, stores the solver's progress, turns a cancel request (or an overrun of the time limit) into
 a stop that carries its reason (the solve's result then says how it ended) and, after the grace
 period, SIGKILL to the solver's group, and catches every failure at
-the job boundary so that a bad job never takes the runner down.
+the job boundary so that a bad job never takes the runner down. While the store is unreachable (Redis
+down) the solve goes on: the lease is renewed when the store answers again, and the job's end is
+written then (unless the job was taken back meanwhile, which the next write finds out).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from typing import Any
@@ -21,6 +24,7 @@ from remat.solvers import StopReason, StopThenKill
 
 from ._child import Message, SolverProcess
 from ._jobs import Claim, Job
+from ._reconnect import UNREACHABLE, Backoff
 from ._store import JobStore
 
 __all__ = ["RunnerConfig", "run_claimed"]
@@ -44,6 +48,7 @@ class RunnerConfig:
     threads: int
     max_result_bytes: int
     ctx: ForkServerContext
+    reconnect_max_wait_s: float = 5.0
 
 
 def run_claimed(store: JobStore, job: Job, *, owner: str, config: RunnerConfig,
@@ -94,9 +99,10 @@ class _Supervisor:
         self.renewed = self.controlled = time.monotonic()
         self.progress: dict[str, Any] | None = None
         self.progress_written = True
+        self.store_down = False
 
     def run(self) -> Job | None:
-        if self.store.renew(self.by, solver_pid=self.child.pid) is None:
+        if self._write(lambda: self.store.renew(self.by, solver_pid=self.child.pid)) is None:
             self.child.kill()
             return None
         while self.child.alive():
@@ -107,7 +113,7 @@ class _Supervisor:
             if self.stopping.is_set():
                 self.child.kill()
                 log.info("job %s: shutting down; queued again", self.by.job_id)
-                self.store.release(self.by)
+                _release_quietly(self.store, self.by)
                 return None
             if not self._keep_lease():
                 self.child.kill()
@@ -118,7 +124,18 @@ class _Supervisor:
         return self._record(None)
 
     def _keep_lease(self) -> bool:
-        """Renew the lease (with progress) and read the cancel flag when due; False if the claim is lost."""
+        """Renew the lease (with progress) and read the cancel flag when due; False if the claim is lost (an
+        unreachable store is tried again at the next renewal, the solve going on meanwhile)."""
+        try:
+            kept = self._renew_and_control()
+        except UNREACHABLE as e:
+            self.renewed = self.controlled = time.monotonic()
+            self._store_unreachable(e)
+            return True
+        self._store_reachable()
+        return kept
+
+    def _renew_and_control(self) -> bool:
         now = time.monotonic()
         renew_due = now - self.renewed >= self.config.lease_s / 5
         progress_due = not self.progress_written and now - self.renewed >= PROGRESS_INTERVAL_S
@@ -142,22 +159,53 @@ class _Supervisor:
         log.info("job %s: %s; asking the solver to stop", self.by.job_id, reason.value)
         self.child.stop(reason)
 
+    def _store_unreachable(self, error: Exception) -> None:
+        if not self.store_down:
+            log.warning("job %s: the job store is unreachable (%s); the solve goes on, and its lease is renewed "
+                        "once the store answers", self.by.job_id, type(error).__name__)
+        self.store_down = True
+
+    def _store_reachable(self) -> None:
+        if self.store_down:
+            log.info("job %s: the job store answers again", self.by.job_id)
+        self.store_down = False
+
+    def _write(self, write: Callable[[], Job | None]) -> Job | None:
+        """``write()``, tried again with a capped backoff while the store is unreachable, so that no job's end
+        is dropped for want of the store (raised as it is once the runner is asked to stop)."""
+        delays = Backoff(cap_s=self.config.reconnect_max_wait_s).delays()
+        while True:
+            try:
+                written = write()
+            except UNREACHABLE as e:
+                self._store_unreachable(e)
+                if self.stopping.wait(next(delays)):
+                    raise
+                continue
+            self._store_reachable()
+            return written
+
     def _record(self, message: Message | None) -> Job | None:
+        """Log how the solve ended and write it to the store (waiting for the store, if need be)."""
+        by = self.by
         if message is not None and message[0] == "result":
-            job = self.store.mark_finished(self.by, message[1])
-            log.info("job %s: %s (%s)", self.by.job_id, job.status.value if job else "claim lost", message[1]["status"])
+            result = message[1]
+            job = self._write(lambda: self.store.mark_finished(by, result))
+            log.info("job %s: %s (%s)", by.job_id, job.status.value if job else "claim lost", result["status"])
             return job
         if message is not None and message[0] == "crash":
-            log.error("job %s: the solver crashed:\n%s", self.by.job_id, message[1])
-            return self.store.mark_failed(self.by, f"the solver failed with an unexpected error "
-                                                   f"({_exception_name(message[1])}); the server log has the details")
-        if message is not None:
-            log.warning("job %s: the solve failed: %s", self.by.job_id, message[1])
-            return self.store.mark_failed(self.by, message[1])
-        self.child.wait(1.0)
-        error = self._death_reason()
-        log.warning("job %s: %s", self.by.job_id, error)
-        return self.store.mark_failed(self.by, error, cancelled=self.stopper.reason is StopReason.CANCEL)
+            log.error("job %s: the solver crashed:\n%s", by.job_id, message[1])
+            error = (f"the solver failed with an unexpected error ({_exception_name(message[1])}); the server log "
+                     f"has the details")
+        elif message is not None:
+            log.warning("job %s: the solve failed: %s", by.job_id, message[1])
+            error = message[1]
+        else:
+            self.child.wait(1.0)
+            error = self._death_reason()
+            log.warning("job %s: %s", by.job_id, error)
+        cancelled = message is None and self.stopper.reason is StopReason.CANCEL
+        return self._write(lambda: self.store.mark_failed(by, error, cancelled=cancelled))
 
     def _death_reason(self) -> str:
         code = self.child.exitcode

@@ -9,9 +9,7 @@ import re
 import sqlite3
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
-import redis
 import uvicorn
 from pydantic import ValidationError
 from uvicorn.config import LOGGING_CONFIG
@@ -22,8 +20,10 @@ from ._app import create_app
 from ._cluster import run_worker
 from ._errors import QueueUnreachable, StoreUnusable
 from ._executor import STORE_FILE
+from ._reconnect import REFUSED
 from ._settings import Settings
 from ._sqlite import SqliteStore
+from ._urls import redacted
 
 __all__ = ["RedactTokens", "load_settings", "redacted", "serve", "work"]
 
@@ -115,31 +115,17 @@ def _uvicorn_logging() -> dict[str, Any]:
 
 
 def work(settings: Settings, *, burst: bool = False, name: str | None = None) -> None:
-    """Run a worker on ``settings.queue_url`` until SIGINT or SIGTERM (or, with ``burst``, an empty queue)."""
+    """Run a worker on ``settings.queue_url`` until SIGINT or SIGTERM (or, with ``burst``, an empty queue).
+
+    An unreachable Redis is waited for, at start and later; one that refuses the worker's credentials is a
+    QueueUnreachable, which no wait mends.
+    """
     if not settings.queue_url:
         raise InvalidRequest("A worker needs a queue: pass --queue redis://HOST:PORT/DB or set REMAT_QUEUE_URL.",
                              field="queue_url")
-    try:
-        redis.Redis.from_url(settings.queue_url).ping()
-    except redis.RedisError as e:
-        raise QueueUnreachable(f"Cannot reach the queue at {redacted(settings.queue_url)}: {e}") from None
     _configure_logging(settings)
     log.info("remat worker: queue %r at %s", settings.queue_name, redacted(settings.queue_url))
-    run_worker(settings, burst=burst, name=name)
-
-
-def redacted(url: str | None) -> str:
-    """The URL without its user name and password, in the address or in its query, for logs and errors.
-
-    >>> redacted("redis://:s3cret@redis:6379/0"), redacted("rediss://u:p@h/0?password=p&db=1")
-    ('redis://***@redis:6379/0', 'rediss://***@h/0?password=***&db=1')
-    """
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    query = [(k, "***" if k.lower() in ("password", "username", "user") else v)
-             for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{urlencode(query, safe='*')}" if query else "")
+    try:
+        run_worker(settings, burst=burst, name=name)
+    except REFUSED as e:
+        raise QueueUnreachable(f"The queue at {redacted(settings.queue_url)} refuses this worker: {e}") from None

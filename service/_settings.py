@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     """A file every maintenance pass touches (about every lease_s / 2): ``remat healthcheck`` reads its age (the
     image sets it for both roles); unset, nothing is written."""
 
+    reconnect_max_wait_s: float = Field(default=5.0, gt=0)
+    """Longest wait between two tries to reach Redis while it is down (the first after 0.5 s, then doubling): a
+    ``remat worker`` waits out an outage, at start or later, and takes jobs again this long after it ends at most."""
+
     log_level: str = "info"
 
     @field_validator("tokens", mode="before")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import redis
 
 from remat.solvers.backends._process import read_frame, write_frame
 
@@ -101,9 +102,9 @@ class Processes:
         self.started.append(server)
         return server
 
-    def worker(self, **env: str) -> Process:
+    def worker(self, *, queue: str = REDIS_URL, **env: str) -> Process:
         name = f"{self.env.get('REMAT_QUEUE_NAME', 'remat')}-worker{len(self.started)}"
-        worker = Process(["worker", "--queue", REDIS_URL, "--name", name], {**self.env, **env},
+        worker = Process(["worker", "--queue", queue, "--name", name], {**self.env, **env},
                          self.tmp_path / f"worker-{len(self.started)}.log")
         self.started.append(worker)
         return worker
@@ -111,6 +112,58 @@ class Processes:
     def stop_all(self) -> None:
         for process in reversed(self.started):
             process.stop()
+
+
+class RedisServer:
+    """A redis-server of one test's own on a free port, which the test may stop and start again (its data is
+    saved on stop and loaded on start, as a restarted Redis with persistence would)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = tmp_path
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.popen = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                                       "--appendonly", "no", "--dir", str(self.dir)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: self._answers(), timeout_s=10)
+
+    def stop(self) -> None:
+        """Save the data and exit (SHUTDOWN SAVE): clients' connections are refused until start()."""
+        if self.popen is not None and self.popen.poll() is None:
+            try:
+                redis.Redis(port=self.port).shutdown(save=True)
+            except redis.ConnectionError:  # it closes the connection as it exits
+                pass
+            self.popen.wait(10)
+        self.popen = None
+
+    def _answers(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port).ping())
+        except redis.ConnectionError:
+            return False
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs, found through /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def alive(pid: int) -> bool:
