@@ -91,6 +91,18 @@ def test_a_worker_started_while_redis_is_down_waits_for_it(processes: Processes,
     assert worker.popen.poll() is None
 
 
+@pytest.mark.parametrize("url, shown", [("redis://:hunter2-secret@127.0.0.1:1/0", "redis://***@127.0.0.1:1/0"),
+                                         ("redis://127.0.0.1:1/0?password=hunter2-secret",
+                                          "redis://127.0.0.1:1/0?password=***")])
+def test_a_worker_says_once_what_it_waits_for_and_shows_no_password(processes: Processes, url: str, shown: str):
+    worker = processes.worker(queue=url, **RECONNECT)
+    wait_until(lambda: "is unreachable" in worker.output(), timeout_s=30)
+    _still_running(worker, 3.0)
+    log = worker.output()
+    assert log.count(f"Redis at {shown} is unreachable") == 1 and "the worker waits for it" in log, log
+    assert "hunter2" not in log and "Traceback" not in log, log
+
+
 def test_a_worker_stops_on_sigterm_while_redis_is_down(processes: Processes, own_redis: RedisServer):
     worker = processes.worker(queue=own_redis.url, **RECONNECT)
     wait_until(lambda: "Listening on" in worker.output(), timeout_s=30)
