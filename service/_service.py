@@ -150,6 +150,14 @@ class Service:
             raise JobNotFound(sweep_id)
         return sweep
 
+    def job_result(self, job_id: str) -> dict[str, Any] | None:
+        """The remat.result/v1 of job ``job_id`` (None when it has none, or is gone)."""
+        try:
+            result = self.store.get(job_id).result
+        except JobNotFound:
+            return None
+        return None if result is None else dict(result)
+
     def sweep_jobs(self, sweep: Sweep, *, with_result: bool) -> list[Job]:
         """The sweep's jobs, in the sweep's order."""
         return self.store.get_many(sweep.job_ids, with_result=with_result)
