@@ -38,6 +38,7 @@ from ._metrics import Metrics
 from ._schemas import SolveRequest, SweepRequest
 from ._settings import Settings
 from ._sweeps import Sweep, new_sweep
+from ._token_load import token_load
 
 __all__ = ["Service"]
 
@@ -182,7 +183,7 @@ class Service:
             current = None
         if current is not None and not restartable(current):
             return current
-        self._admit(len(strategies), token)  # each strategy solves one batch at a time
+        self._admit(len(strategies), token, search=True)  # each strategy holds a slot for its one batch at a time
         for graph in graphs.values():
             self.store.put_graph(graph.sha256, graph.to_json())
         if self.store.insert_max_batch(fresh):
@@ -257,21 +258,28 @@ class Service:
             jobs.append(job)
         return jobs
 
-    def _admit(self, new: int, token: str | None) -> None:
-        """Refuse when ``new`` more jobs would overfill the queue (503) or the token's share (429; without
-        authentication every caller shares one)."""
-        retry = self.settings.retry_after_s
+    def _admit(self, new: int, token: str | None, *, search: bool = False) -> None:
+        """Refuse when ``new`` more jobs (or slots, for a ``search``) would overfill the queue (503), the token's
+        share of jobs (its queued or running jobs and the slots its searches hold), or its share of searches (429;
+        without authentication every caller shares one)."""
+        s, retry = self.settings, self.settings.retry_after_s
         queued = self.store.count(JobStatus.QUEUED)
-        if queued + new > self.settings.max_queued_jobs:
+        if queued + new > s.max_queued_jobs:
             self.metrics.refused("queue_full")
             raise QueueFull(f"The queue is full ({queued} jobs wait; this request adds {new}, the limit is "
-                            f"{self.settings.max_queued_jobs}). Retry in {retry} s.", retry_after_s=retry)
-        active = self.store.count_active(token)
-        if active + new > self.settings.max_active_jobs_per_token:
+                            f"{s.max_queued_jobs}). Retry in {retry} s.", retry_after_s=retry)
+        load = token_load(self.store, token)
+        if search and load.searches >= s.max_searches_per_token:
             self.metrics.refused("token_limit")
-            raise TooManyJobs(f"This token has {active} queued or running jobs; this request adds {new}, the "
-                              f"limit is {self.settings.max_active_jobs_per_token}. Retry in {retry} s.",
-                              retry_after_s=retry)
+            raise TooManyJobs(f"This token has {load.searches} max-batch searches going on; the limit is "
+                              f"{s.max_searches_per_token} (REMAT_MAX_SEARCHES_PER_TOKEN on the server). Retry once "
+                              f"one has ended, or cancel one.", retry_after_s=retry)
+        if load.slots + new > s.max_active_jobs_per_token:
+            self.metrics.refused("token_limit")
+            raise TooManyJobs(f"This token has {load.active_jobs} queued or running jobs and its max-batch searches "
+                              f"hold {load.held_slots} more for their next batches; this request adds {new}, the "
+                              f"limit is {s.max_active_jobs_per_token} (REMAT_MAX_ACTIVE_JOBS_PER_TOKEN on the "
+                              f"server). Retry in {retry} s.", retry_after_s=retry)
 
 
 def _check_backend(strategy: Strategy, backend: str) -> None:

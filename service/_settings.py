@@ -81,7 +81,10 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(default=1000, ge=1)
     """Jobs that may wait in the queue; beyond it submissions get 503 with Retry-After."""
     max_active_jobs_per_token: int = Field(default=500, ge=1)
-    """Queued or running jobs one token may have; beyond it submissions get 429 with Retry-After."""
+    """Queued or running jobs one token may have, each max-batch search holding one for every strategy it still
+    searches (its next batch's); beyond it submissions get 429 with Retry-After."""
+    max_searches_per_token: int = Field(default=20, ge=1)
+    """Max-batch searches one token may have going on; beyond it ``POST /v1/max-batch`` gets 429."""
     max_sweep_points: int = Field(default=400, ge=1)
 
     lease_s: float = Field(default=15.0, gt=0)
