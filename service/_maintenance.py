@@ -49,7 +49,7 @@ class Chores:
         for job in self.store.reap():
             log.warning("job %s: %s", job.id, job.history[-1])
             self.dispatch(job)
-        complete_sweeps(self.store, self.dispatch)
+        complete_sweeps(self.store, self.dispatch, max_active_jobs_per_token=self.max_active_jobs_per_token)
         advance_max_batches(self.store, self.dispatch, self.graph_limits,
                                 max_active_jobs_per_token=self.max_active_jobs_per_token)
         if time.monotonic() - self._expired_at >= self.expire_interval_s:

@@ -17,10 +17,13 @@ from fastapi.testclient import TestClient
 from processes import wait_until
 
 from remat.schedules import Graph, GraphLimits
-from remat.service import Job, JobStore, Settings, SolveSpec, create_app
+from remat.service import Claim, Job, JobStore, Settings, SolveSpec, create_app
 from remat.service._batch_planner import advance_max_batches
 from remat.service._max_batches import new_max_batch
+from remat.service._planner import complete_sweeps
+from remat.service._sweeps import new_sweep
 from remat.service._token_load import token_load
+from remat.solvers import solve
 
 BUDGET = 50_000
 CAP = 3
@@ -120,3 +123,26 @@ def test_the_planner_submits_a_batch_only_within_the_tokens_cap(make_store: Call
     assert [len(s.trials) for s in stepped.strategies] == [1, 0]
     load = token_load(store, "t")
     assert (load.active_jobs, load.held_slots, load.searches) == (CAP, 1, 1)
+
+
+def test_a_sweeps_natural_points_wait_for_room_under_the_cap(make_store: Callable[..., JobStore]):
+    store = make_store()
+    graph = chain(6)
+    store.put_graph(graph.sha256, graph.to_json())
+    top = graph.checkpoint_all_peak
+    jobs = []
+    for strategy in ("checkpoint-all", "chen-sqrtn"):
+        job, _ = store.submit(SolveSpec(graph.sha256, top, strategy), graph_name="c6", token="t")
+        claimed = store.mark_running(job.id, "host:1:a")
+        assert claimed is not None
+        store.mark_finished(Claim(job.id, "host:1:a", claimed.attempts),
+                            solve(graph, budget=top, strategy=strategy).to_json())
+        jobs.append(job)
+    sweep = new_sweep(jobs, graph_name="c6", token="t", now=store.clock(), planned=False)
+    store.put_sweep(sweep)
+    direct = _fill(store, "t", CAP - 1)  # room for one job; the natural points need two
+    assert complete_sweeps(store, lambda job: None, max_active_jobs_per_token=CAP) == []
+    assert not store.get_sweep(sweep.id).planned and store.count_active("t") == CAP - 1
+    store.request_cancel(direct[0].id)
+    [planned] = complete_sweeps(store, lambda job: None, max_active_jobs_per_token=CAP)
+    assert planned.planned and len(planned.points) == 4 and store.count_active("t") == CAP
