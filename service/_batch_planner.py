@@ -148,7 +148,7 @@ class _Step:
         graph = self.graphs.get(batch)
         if graph is None:
             graph = self.graphs[batch] = self.batched.at(batch)
-            self.store.put_graph(graph.sha256, graph.to_json())
+            self.store.put_graph(graph.sha256, graph.to_json(), token=self.search.token)
         spec = SolveSpec(graph.sha256, self.search.budget, s.strategy, s.backend, self.search.time_limit_s,
                          self.search.mip_gap, convergence=self.search.convergence)
         job, fresh = self.store.submit(spec, graph_name=graph.name, token=self.search.token)

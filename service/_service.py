@@ -10,6 +10,7 @@ caller's token: another token's job, sweep or search is answered as one that doe
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -29,7 +30,7 @@ from remat.schedules import (
 from remat.solvers import Strategy, StrategyKind, available_backends, get_strategy, sweep_budgets, sweep_strategies
 
 from . import _jobs
-from ._errors import JobNotFound, QueueFull, TooManyJobs
+from ._errors import JobNotFound, QueueFull, StoreQuota, TooManyJobs
 from ._executor import Executor
 from ._jobs import Job, JobStatus, SolveSpec, needs_run
 from ._max_batch_schemas import MaxBatchPublic, MaxBatchRequest
@@ -184,8 +185,9 @@ class Service:
         if current is not None and not restartable(current):
             return current
         self._admit(len(strategies), token, search=True)  # each strategy holds a slot for its one batch at a time
+        docs = self._within_quota(list(graphs.values()), token)
         for graph in graphs.values():
-            self.store.put_graph(graph.sha256, graph.to_json())
+            self.store.put_graph(graph.sha256, docs.get(graph.sha256) or graph.to_json(), token=token)
         if self.store.insert_max_batch(fresh):
             return fresh
         again = self.store.update_max_batch(
@@ -245,7 +247,8 @@ class Service:
         if new or reserve:
             self._admit(new + reserve, token)
         if new:
-            self.store.put_graph(graph.sha256, graph.to_json())
+            doc = self._within_quota([graph], token).get(graph.sha256) or graph.to_json()
+            self.store.put_graph(graph.sha256, doc, token=token)
         jobs = []
         for spec, job_id in zip(specs, ids, strict=True):
             job, fresh = existing.get(job_id), False
@@ -257,6 +260,25 @@ class Service:
             self.metrics.submitted(spec.strategy, cached=not fresh)
             jobs.append(job)
         return jobs
+
+    def _within_quota(self, graphs: Sequence[Graph], token: str | None) -> dict[str, dict[str, Any]]:
+        """Refuse (413) when ``token``'s stored results have reached its quota, or when storing those of ``graphs``
+        the store does not hold would pass its graph quota; returns the new graphs' documents, by hash."""
+        s, used = self.settings, self.store.usage(token)
+        retention = f"{s.retention_s / 86400:g} days" if s.retention_s >= 86400 else f"{s.retention_s:g} s"
+        later = (f"Ended jobs, sweeps and searches are deleted {retention} after they end (REMAT_RETENTION_S); "
+                 "submit again then, or ask the operator to raise the limit.")
+        if used.result_bytes >= s.max_result_bytes_per_token:
+            raise StoreQuota(f"This token's results take {used.result_bytes} bytes of the job store; the limit is "
+                             f"{s.max_result_bytes_per_token} (REMAT_MAX_RESULT_BYTES_PER_TOKEN on the server). "
+                             f"{later}")
+        docs = {g.sha256: g.to_json() for g in graphs if not self.store.has_graph(g.sha256)}
+        adding = sum(len(json.dumps(doc)) for doc in docs.values())
+        if adding and used.graph_bytes + adding > s.max_graph_bytes_per_token:
+            raise StoreQuota(f"This token's graphs take {used.graph_bytes} bytes of the job store and this request "
+                             f"adds {adding}; the limit is {s.max_graph_bytes_per_token} "
+                             f"(REMAT_MAX_GRAPH_BYTES_PER_TOKEN on the server). {later}")
+        return docs
 
     def _admit(self, new: int, token: str | None, *, search: bool = False) -> None:
         """Refuse when ``new`` more jobs (or slots, for a ``search``) would overfill the queue (503), the token's
