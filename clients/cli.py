@@ -270,6 +270,8 @@ def _strategies(args: argparse.Namespace) -> int:
         backends = f" [backends: {', '.join(s.backends)}]" if s.backends else ""
         offloads = " [offloads: needs --transfer or --bandwidth]" if s.offloads else ""
         print(f"{s.name:20s} {s.summary}{backends}{offloads}")
+        for name, option in s.options.items():
+            print(f"{'':20s}   --option {name}=...: {option.summary}; {option.accepts}")
     return 0
 
 

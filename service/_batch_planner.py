@@ -7,6 +7,10 @@ the verdict of every trial whose job has ended, and submit each strategy's next 
 pending or its answer is known. A batch answered at once by a reusable result (a baseline's
 plan at a batch solved before) is judged in the same step.
 
+Every batch counts against the token's ``max_active_jobs_per_token``: its search held the slot since
+admission (:mod:`._token_load`), and a batch is submitted only while the token's queued and running jobs
+are under the cap; otherwise the strategy waits for the next pass.
+
 Submitting a job is idempotent and the new record is written only over the revision it was made
 from, so two processes stepping one search at once agree; the loser's next pass starts from the
 winner's record. A job submitted for a search cancelled meanwhile is cancelled again.
@@ -25,17 +29,20 @@ from remat.solvers import BatchSearch, cost_cap
 from ._jobs import Job, JobStatus, SolveSpec
 from ._max_batches import MaxBatchSearch, StrategySearch, Trial
 from ._store import JobStore
+from ._token_load import room_for_jobs
 
 __all__ = ["advance_max_batches"]
 
 log = logging.getLogger("remat.service")
 
 
-def advance_max_batches(store: JobStore, dispatch: Callable[[Job], None], limits: GraphLimits) -> list[MaxBatchSearch]:
-    """Step every search that can go on; returns the records written."""
+def advance_max_batches(store: JobStore, dispatch: Callable[[Job], None], limits: GraphLimits, *,
+                        max_active_jobs_per_token: int) -> list[MaxBatchSearch]:
+    """Step every search that can go on, submitting batches only within their tokens' caps; returns the records
+    written."""
     written = []
     for search in store.active_max_batches():
-        step = _Step(store, search, dispatch, limits)
+        step = _Step(store, search, dispatch, limits, max_active_jobs_per_token)
         try:
             new = step.run()
         except RematError as e:  # its graphs are gone (JobNotFound) or no longer read under this server's limits
@@ -52,11 +59,18 @@ class _Step:
     """One step of one search, over the record as it was read."""
 
     def __init__(self, store: JobStore, search: MaxBatchSearch, dispatch: Callable[[Job], None],
-                 limits: GraphLimits) -> None:
-        self.store, self.search, self.dispatch, self.limits = store, search, dispatch, limits
+                 limits: GraphLimits, cap: int) -> None:
+        self.store, self.search, self.dispatch, self.limits, self.cap = store, search, dispatch, limits, cap
         self.jobs = {j.id: j for j in store.get_many(search.pending_job_ids)}
         self.graphs: dict[int, Graph] = {}
         self.submitted: list[str] = []
+        self._room: int | None = None
+
+    def room(self) -> int:
+        """How many more jobs the search's token may have queued or running (read once a step, then counted)."""
+        if self._room is None:
+            self._room = room_for_jobs(self.store, self.search.token, self.cap)
+        return self._room
 
     def run(self) -> MaxBatchSearch | None:
         """The next record, or None when nothing has changed."""
@@ -64,6 +78,8 @@ class _Step:
             return None
         bounds = self.search.bounds or self._bounds()
         strategies = tuple(self._strategy(s, bounds) for s in self.search.strategies)
+        if strategies == self.search.strategies and bounds == self.search.bounds:
+            return None  # every strategy waits: for its batch's job, or for room under its token's cap
         done = all(s.ended for s in strategies)
         return self.search.revised(strategies=strategies, bounds=bounds,
                                    finished_at=self.store.clock() if done else None)
@@ -109,6 +125,8 @@ class _Step:
                 batch = s.search(bounds).next_batch()
                 if batch is None:
                     return s.end(JobStatus.SUCCEEDED)
+                if self.room() <= 0:
+                    return s  # the token's queued and running jobs fill its cap: this batch waits
                 s = replace(s, trials=(*s.trials, self._submit(s, batch)))
                 continue
             job = self.jobs.get(pending.job_id)
@@ -130,13 +148,14 @@ class _Step:
         graph = self.graphs.get(batch)
         if graph is None:
             graph = self.graphs[batch] = self.batched.at(batch)
-            self.store.put_graph(graph.sha256, graph.to_json())
+            self.store.put_graph(graph.sha256, graph.to_json(), token=self.search.token)
         spec = SolveSpec(graph.sha256, self.search.budget, s.strategy, s.backend, self.search.time_limit_s,
                          self.search.mip_gap, convergence=self.search.convergence)
         job, fresh = self.store.submit(spec, graph_name=graph.name, token=self.search.token)
         if fresh:
             self.dispatch(job)
             self.submitted.append(job.id)
+            self._room = self.room() - 1
         self.jobs[job.id] = job
         return Trial(batch, job.id, cost_cap(graph, self.search.max_overhead))
 

@@ -7,6 +7,7 @@
     ├── Unauthorized   no valid bearer token (401)
     ├── TooManyJobs    the token has its maximum of queued and running jobs (429, Retry-After)
     ├── QueueFull      the queue holds its maximum of jobs (503, Retry-After)
+    ├── StoreQuota     the token's stored results or graphs fill its share of the store (413)
     ├── QueueUnreachable  a worker's Redis refuses its credentials
     └── StoreUnusable  ``remat serve`` cannot open or write its embedded job store
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 from remat.schedules import RematError
 
-__all__ = ["JobNotFound", "QueueFull", "QueueUnreachable", "StoreUnusable", "TooManyJobs", "Unauthorized"]
+__all__ = ["JobNotFound", "QueueFull", "QueueUnreachable", "StoreQuota", "StoreUnusable", "TooManyJobs",
+           "Unauthorized"]
 
 
 class JobNotFound(RematError):
@@ -42,6 +44,10 @@ class TooManyJobs(_Busy):
 
 class QueueFull(_Busy):
     """The service's queue is full; retry after ``retry_after_s``."""
+
+
+class StoreQuota(RematError):
+    """The token's stored results or graphs would exceed its share of the job store (a setting says how much)."""
 
 
 class QueueUnreachable(RematError):

@@ -39,6 +39,7 @@ class Chores:
         self.dispatch = dispatch
         self.retention = settings.retention
         self.graph_limits = settings.graph_limits
+        self.max_active_jobs_per_token = settings.max_active_jobs_per_token
         self.expire_interval_s = settings.expire_interval_s
         self.heartbeat_file = settings.heartbeat_file
         self._expired_at = -float("inf")
@@ -49,8 +50,9 @@ class Chores:
         for job in self.store.reap():
             log.warning("job %s: %s", job.id, job.history[-1])
             self.dispatch(job)
-        complete_sweeps(self.store, self.dispatch)
-        advance_max_batches(self.store, self.dispatch, self.graph_limits)
+        complete_sweeps(self.store, self.dispatch, max_active_jobs_per_token=self.max_active_jobs_per_token)
+        advance_max_batches(self.store, self.dispatch, self.graph_limits,
+                                max_active_jobs_per_token=self.max_active_jobs_per_token)
         if time.monotonic() - self._expired_at >= self.expire_interval_s:
             self._expired_at = time.monotonic()
             expired = self.store.expire(self.retention)
@@ -64,7 +66,8 @@ class Chores:
         """A runner's job has ended: give the max-batch searches waiting on it their next batch now (an error is
         logged, not raised: the next pass tries again)."""
         try:
-            advance_max_batches(self.store, self.dispatch, self.graph_limits)
+            advance_max_batches(self.store, self.dispatch, self.graph_limits,
+                                max_active_jobs_per_token=self.max_active_jobs_per_token)
         except Exception:
             log.exception("max-batch searches: unexpected error; the next pass tries again")
 

@@ -4,7 +4,10 @@ The executors' maintenance (every API replica, every worker) calls :func:`comple
 is completed once each heuristic's run at the sweep's top budget (the checkpoint-all peak, where
 nothing constrains it) has ended: the peak of its plan is that heuristic's natural budget. Completing
 only submits jobs and rewrites the sweep's record, both idempotent, so two processes doing it at
-once agree.
+once agree. The natural points count against the token's ``max_active_jobs_per_token`` like any job
+it starts: they are added once they fit beside its queued and running jobs and the slots its
+max-batch searches hold (:mod:`._token_load`); until then the sweep waits. Admission made sure
+they fit the cap (it counted them when the sweep was submitted).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from remat.solvers import StrategyKind, get_strategy
 from ._jobs import Job
 from ._store import JobStore
 from ._sweeps import Sweep, SweepPoint
+from ._token_load import token_load
 
 __all__ = ["complete_sweeps", "natural_sources"]
 
@@ -31,18 +35,19 @@ def natural_sources(sweep: Sweep) -> dict[str, str]:
             if p.budget == top and get_strategy(p.strategy).kind is StrategyKind.BASELINE}
 
 
-def complete_sweeps(store: JobStore, dispatch: Callable[[Job], None]) -> list[Sweep]:
-    """Add the natural points of every sweep whose sources have ended; returns the sweeps completed."""
+def complete_sweeps(store: JobStore, dispatch: Callable[[Job], None], *, max_active_jobs_per_token: int) -> list[Sweep]:
+    """Add the natural points of every sweep whose sources have ended and whose token has room for them; returns
+    the sweeps completed."""
     completed = []
     for sweep in store.unplanned_sweeps():
-        planned = _complete(store, sweep, dispatch)
+        planned = _complete(store, sweep, dispatch, max_active_jobs_per_token)
         if planned is not None:
             log.info("sweep %s: %d natural points added", sweep.id, len(planned.points) - len(sweep.points))
             completed.append(planned)
     return completed
 
 
-def _complete(store: JobStore, sweep: Sweep, dispatch: Callable[[Job], None]) -> Sweep | None:
+def _complete(store: JobStore, sweep: Sweep, dispatch: Callable[[Job], None], cap: int) -> Sweep | None:
     jobs = {j.id: j for j in store.get_many(sweep.job_ids)}
     sources = natural_sources(sweep)
     if any(job_id in jobs and not jobs[job_id].status.terminal for job_id in sources.values()):
@@ -52,6 +57,8 @@ def _complete(store: JobStore, sweep: Sweep, dispatch: Callable[[Job], None]) ->
                if summaries.get(j, {}).get("peak_memory") is not None}
     budgets = sorted(set(natural.values()) - {p.budget for p in sweep.points})
     specs = {p.strategy: jobs[p.job_id].spec for p in sweep.points if p.job_id in jobs}
+    if specs and budgets and token_load(store, sweep.token).slots + len(specs) * len(budgets) > cap:
+        return None  # the token's jobs fill its cap: the natural points wait for room
     added = []
     for strategy, spec in specs.items():
         for budget in budgets:

@@ -31,7 +31,7 @@ from remat.schedules import (
     UnknownStrategy,
 )
 
-from ._errors import JobNotFound, QueueFull, TooManyJobs, Unauthorized
+from ._errors import JobNotFound, QueueFull, StoreQuota, TooManyJobs, Unauthorized
 
 __all__ = ["PROBLEM_RESPONSES", "STORE_UNREACHABLE", "install_problem_handlers", "problem"]
 
@@ -50,6 +50,7 @@ _STATUS: dict[type[RematError], int] = {
     JobNotFound: 404,
     Unauthorized: 401,
     TooManyJobs: 429,
+    StoreQuota: 413,
     QueueFull: 503,
     SolverFailed: 500,
 }

@@ -13,6 +13,8 @@ without authentication)::
     cache:<key>               the job holding a reusable result of the request <key>
     graph:<sha>, graphs       a graph document; zset: graphs by last use
     graph-refs:<sha>          set: the jobs, sweeps and max-batch searches that refer to the graph
+    graph-owners              hash: the token each graph is charged to (the one whose request stored it)
+    usage:<tok>               hash: bytes of the token's results (``results``) and graphs (``graphs``)
     sweep:<id>, sweeps        a sweep's record; zset: sweeps by creation time
     sweeps-of:<tok>           zset: the token's sweeps; sweeps-unplanned: set of sweeps still to plan
     max-batch:<id>            a max-batch search's record
@@ -36,14 +38,14 @@ from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
 from ._max_batches import MaxBatchSearch
-from ._store import GRAPH_GRACE_S, KEEP, Change, Expired, JobStore, Retention, SearchChange
+from ._store import GRAPH_GRACE_S, KEEP, Change, Expired, JobStore, Retention, SearchChange, Usage
 from ._sweeps import Sweep
 
 __all__ = ["RedisStore"]
 
 CLAIM_TRIES = 8
 """Times claim_next picks again when another worker claimed its pick first."""
-SCHEMA = 2
+SCHEMA = 3
 """Version of the key layout; ``migrate`` rebuilds the indexes of records written under an older one."""
 
 
@@ -71,11 +73,16 @@ class RedisStore(JobStore):
         """Index records stored under an older key layout (idempotent; every replica and worker may run it)."""
         if int(self.redis.get(self.key_for("schema")) or 0) >= SCHEMA:
             return
+        for key in self.redis.scan_iter(match=self.key_for("usage", "*"), count=500):
+            self.redis.delete(key)  # counted again below, from the results themselves
         for key in self.redis.scan_iter(match=self.key_for("job", "*"), count=500):
             raw = self.redis.get(key)
             if raw is not None:
+                job = Job.from_record(json.loads(raw))
                 pipe = self.redis.pipeline(transaction=True)
-                self._index(pipe, None, Job.from_record(json.loads(raw)))
+                self._index(pipe, None, job)
+                pipe.hincrby(self.key_for("usage", _tok(job.token)), "results",
+                             int(self.redis.strlen(self.key_for("result", job.id))))
                 pipe.execute()
         for key in self.redis.scan_iter(match=self.key_for("sweep", "*"), count=500):
             raw = self.redis.get(key)
@@ -96,8 +103,10 @@ class RedisStore(JobStore):
             pipe.multi()
             pipe.set(key, json.dumps(job.to_record()))
             if result is not None:
-                pipe.set(self.key_for("result", job.id), json.dumps(result))
+                text = json.dumps(result)
+                pipe.set(self.key_for("result", job.id), text)
                 pipe.set(self.key_for("cache", job.spec.key), job.id)
+                pipe.hincrby(self.key_for("usage", _tok(job.token)), "results", len(text))
             self._index(pipe, None, job)
             return True
 
@@ -114,14 +123,19 @@ class RedisStore(JobStore):
             new = change(old)
             if new is None:
                 return None
+            was = 0 if result is KEEP else int(pipe.strlen(self.key_for("result", job_id)))  # its writes WATCH `key`
             pipe.multi()
             pipe.set(key, json.dumps(new.to_record()))
             if result is None:
                 pipe.delete(self.key_for("result", job_id))
             elif result is not KEEP:
-                pipe.set(self.key_for("result", job_id), json.dumps(result))
+                text = json.dumps(result)
+                pipe.set(self.key_for("result", job_id), text)
+                pipe.hincrby(self.key_for("usage", _tok(new.token)), "results", len(text))
                 if _jobs.reusable(new):
                     pipe.set(self.key_for("cache", new.spec.key), new.id)
+            if was:
+                pipe.hincrby(self.key_for("usage", _tok(new.token)), "results", -was)
             self._index(pipe, old, new)
             return new
 
@@ -225,11 +239,27 @@ class RedisStore(JobStore):
 
     # -- graphs and sweeps -------------------------------------------------------------------------
 
-    def put_graph(self, sha256: str, doc: Mapping[str, Any]) -> None:
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.zadd(self.key_for("graphs"), {sha256: self.clock()})
-        pipe.set(self.key_for("graph", sha256), json.dumps(doc), nx=True)
-        pipe.execute()
+    def put_graph(self, sha256: str, doc: Mapping[str, Any], *, token: str | None = None) -> None:
+        key = self.key_for("graph", sha256)
+
+        def put(pipe: redis.client.Pipeline) -> None:
+            stored = pipe.exists(key)
+            pipe.multi()
+            pipe.zadd(self.key_for("graphs"), {sha256: self.clock()})
+            if not stored:
+                text = json.dumps(doc)
+                pipe.set(key, text)
+                pipe.hset(self.key_for("graph-owners"), sha256, _tok(token))
+                pipe.hincrby(self.key_for("usage", _tok(token)), "graphs", len(text))
+
+        self.redis.transaction(put, key)
+
+    def has_graph(self, sha256: str) -> bool:
+        return bool(self.redis.exists(self.key_for("graph", sha256)))
+
+    def usage(self, token: str | None) -> Usage:
+        results, graphs = self.redis.hmget(self.key_for("usage", _tok(token)), ["results", "graphs"])
+        return Usage(int(results or 0), int(graphs or 0))
 
     def get_graph(self, sha256: str) -> dict[str, Any]:
         raw = self.redis.get(self.key_for("graph", sha256))
@@ -377,8 +407,11 @@ class RedisStore(JobStore):
             cache = self.key_for("cache", job.spec.key)
             pipe.watch(cache)
             cached_here = pipe.get(cache) == job_id
+            size = int(pipe.strlen(self.key_for("result", job_id)))
             pipe.multi()
             pipe.delete(key, self.key_for("result", job_id), *([cache] if cached_here else []))
+            if size:
+                pipe.hincrby(self.key_for("usage", _tok(job.token)), "results", -size)
             pipe.zrem(self.key_for("ended"), job_id)
             pipe.zrem(self.key_for("status", job.status.value), job_id)
             pipe.zrem(self.key_for("jobs-of", _tok(job.token)), job_id)
@@ -428,9 +461,14 @@ class RedisStore(JobStore):
         def delete(pipe: redis.client.Pipeline) -> bool:
             if pipe.scard(refs):
                 return False
+            owner = cast("str | None", pipe.hget(self.key_for("graph-owners"), sha256))
+            size = int(pipe.strlen(self.key_for("graph", sha256)))
             pipe.multi()
             pipe.delete(self.key_for("graph", sha256))
             pipe.zrem(self.key_for("graphs"), sha256)
+            if owner is not None:
+                pipe.hdel(self.key_for("graph-owners"), sha256)
+                pipe.hincrby(self.key_for("usage", owner), "graphs", -size)
             return True
 
         return bool(self.redis.transaction(delete, refs, value_from_callable=True))  # type: ignore[arg-type]

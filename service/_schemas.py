@@ -297,12 +297,20 @@ class SweepList(BaseModel):
     count: int
 
 
+class OptionPublic(BaseModel):
+    """One option of a strategy: what it does and the values it accepts (any other is a 422 at admission)."""
+
+    summary: str
+    accepts: str = Field(description="the values it accepts: true or false, a range of whole numbers, or names")
+
+
 class StrategyPublic(BaseModel):
     name: str
     summary: str
     backends: list[str] = Field(description="solver backends the strategy can use (none for heuristics)")
     knob: str | None = None
     offloads: bool = Field(False, description="its plans copy values to host memory and back: it needs 'transfer'")
+    options: dict[str, OptionPublic] = Field(default_factory=dict, description="the options it reads, by name")
 
 
 class StrategiesPublic(BaseModel):

@@ -10,6 +10,7 @@ caller's token: another token's job, sweep or search is answered as one that doe
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -29,7 +30,7 @@ from remat.schedules import (
 from remat.solvers import Strategy, StrategyKind, available_backends, get_strategy, sweep_budgets, sweep_strategies
 
 from . import _jobs
-from ._errors import JobNotFound, QueueFull, TooManyJobs
+from ._errors import JobNotFound, QueueFull, StoreQuota, TooManyJobs
 from ._executor import Executor
 from ._jobs import Job, JobStatus, SolveSpec, needs_run
 from ._max_batch_schemas import MaxBatchPublic, MaxBatchRequest
@@ -38,6 +39,7 @@ from ._metrics import Metrics
 from ._schemas import SolveRequest, SweepRequest
 from ._settings import Settings
 from ._sweeps import Sweep, new_sweep
+from ._token_load import token_load
 
 __all__ = ["Service"]
 
@@ -150,6 +152,14 @@ class Service:
             raise JobNotFound(sweep_id)
         return sweep
 
+    def job_result(self, job_id: str) -> dict[str, Any] | None:
+        """The remat.result/v1 of job ``job_id`` (None when it has none, or is gone)."""
+        try:
+            result = self.store.get(job_id).result
+        except JobNotFound:
+            return None
+        return None if result is None else dict(result)
+
     def sweep_jobs(self, sweep: Sweep, *, with_result: bool) -> list[Job]:
         """The sweep's jobs, in the sweep's order."""
         return self.store.get_many(sweep.job_ids, with_result=with_result)
@@ -174,9 +184,10 @@ class Service:
             current = None
         if current is not None and not restartable(current):
             return current
-        self._admit(len(strategies), token)  # each strategy solves one batch at a time
+        self._admit(len(strategies), token, search=True)  # each strategy holds a slot for its one batch at a time
+        docs = self._within_quota(list(graphs.values()), token)
         for graph in graphs.values():
-            self.store.put_graph(graph.sha256, graph.to_json())
+            self.store.put_graph(graph.sha256, docs.get(graph.sha256) or graph.to_json(), token=token)
         if self.store.insert_max_batch(fresh):
             return fresh
         again = self.store.update_max_batch(
@@ -236,7 +247,8 @@ class Service:
         if new or reserve:
             self._admit(new + reserve, token)
         if new:
-            self.store.put_graph(graph.sha256, graph.to_json())
+            doc = self._within_quota([graph], token).get(graph.sha256) or graph.to_json()
+            self.store.put_graph(graph.sha256, doc, token=token)
         jobs = []
         for spec, job_id in zip(specs, ids, strict=True):
             job, fresh = existing.get(job_id), False
@@ -249,21 +261,47 @@ class Service:
             jobs.append(job)
         return jobs
 
-    def _admit(self, new: int, token: str | None) -> None:
-        """Refuse when ``new`` more jobs would overfill the queue (503) or the token's share (429; without
-        authentication every caller shares one)."""
-        retry = self.settings.retry_after_s
+    def _within_quota(self, graphs: Sequence[Graph], token: str | None) -> dict[str, dict[str, Any]]:
+        """Refuse (413) when ``token``'s stored results have reached its quota, or when storing those of ``graphs``
+        the store does not hold would pass its graph quota; returns the new graphs' documents, by hash."""
+        s, used = self.settings, self.store.usage(token)
+        retention = f"{s.retention_s / 86400:g} days" if s.retention_s >= 86400 else f"{s.retention_s:g} s"
+        later = (f"Ended jobs, sweeps and searches are deleted {retention} after they end (REMAT_RETENTION_S); "
+                 "submit again then, or ask the operator to raise the limit.")
+        if used.result_bytes >= s.max_result_bytes_per_token:
+            raise StoreQuota(f"This token's results take {used.result_bytes} bytes of the job store; the limit is "
+                             f"{s.max_result_bytes_per_token} (REMAT_MAX_RESULT_BYTES_PER_TOKEN on the server). "
+                             f"{later}")
+        docs = {g.sha256: g.to_json() for g in graphs if not self.store.has_graph(g.sha256)}
+        adding = sum(len(json.dumps(doc)) for doc in docs.values())
+        if adding and used.graph_bytes + adding > s.max_graph_bytes_per_token:
+            raise StoreQuota(f"This token's graphs take {used.graph_bytes} bytes of the job store and this request "
+                             f"adds {adding}; the limit is {s.max_graph_bytes_per_token} "
+                             f"(REMAT_MAX_GRAPH_BYTES_PER_TOKEN on the server). {later}")
+        return docs
+
+    def _admit(self, new: int, token: str | None, *, search: bool = False) -> None:
+        """Refuse when ``new`` more jobs (or slots, for a ``search``) would overfill the queue (503), the token's
+        share of jobs (its queued or running jobs and the slots its searches hold), or its share of searches (429;
+        without authentication every caller shares one)."""
+        s, retry = self.settings, self.settings.retry_after_s
         queued = self.store.count(JobStatus.QUEUED)
-        if queued + new > self.settings.max_queued_jobs:
+        if queued + new > s.max_queued_jobs:
             self.metrics.refused("queue_full")
             raise QueueFull(f"The queue is full ({queued} jobs wait; this request adds {new}, the limit is "
-                            f"{self.settings.max_queued_jobs}). Retry in {retry} s.", retry_after_s=retry)
-        active = self.store.count_active(token)
-        if active + new > self.settings.max_active_jobs_per_token:
+                            f"{s.max_queued_jobs}). Retry in {retry} s.", retry_after_s=retry)
+        load = token_load(self.store, token)
+        if search and load.searches >= s.max_searches_per_token:
             self.metrics.refused("token_limit")
-            raise TooManyJobs(f"This token has {active} queued or running jobs; this request adds {new}, the "
-                              f"limit is {self.settings.max_active_jobs_per_token}. Retry in {retry} s.",
-                              retry_after_s=retry)
+            raise TooManyJobs(f"This token has {load.searches} max-batch searches going on; the limit is "
+                              f"{s.max_searches_per_token} (REMAT_MAX_SEARCHES_PER_TOKEN on the server). Retry once "
+                              f"one has ended, or cancel one.", retry_after_s=retry)
+        if load.slots + new > s.max_active_jobs_per_token:
+            self.metrics.refused("token_limit")
+            raise TooManyJobs(f"This token has {load.active_jobs} queued or running jobs and its max-batch searches "
+                              f"hold {load.held_slots} more for their next batches; this request adds {new}, the "
+                              f"limit is {s.max_active_jobs_per_token} (REMAT_MAX_ACTIVE_JOBS_PER_TOKEN on the "
+                              f"server). Retry in {retry} s.", retry_after_s=retry)
 
 
 def _check_backend(strategy: Strategy, backend: str) -> None:

@@ -81,7 +81,10 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(default=1000, ge=1)
     """Jobs that may wait in the queue; beyond it submissions get 503 with Retry-After."""
     max_active_jobs_per_token: int = Field(default=500, ge=1)
-    """Queued or running jobs one token may have; beyond it submissions get 429 with Retry-After."""
+    """Queued or running jobs one token may have, each max-batch search holding one for every strategy it still
+    searches (its next batch's); beyond it submissions get 429 with Retry-After."""
+    max_searches_per_token: int = Field(default=20, ge=1)
+    """Max-batch searches one token may have going on; beyond it ``POST /v1/max-batch`` gets 429."""
     max_sweep_points: int = Field(default=400, ge=1)
 
     lease_s: float = Field(default=15.0, gt=0)
@@ -98,6 +101,12 @@ class Settings(BaseSettings):
     job stays the token's own; the instant answer tells it such a request was made before)."""
     max_result_bytes: int = Field(default=64 * 2**20, ge=2**16)
     """Largest result (remat.result/v1 as JSON) a job may store; a bigger one fails the job, saying so."""
+    max_result_bytes_per_token: int = Field(default=4 * 2**30, ge=2**16)
+    """Bytes of results one token's jobs may keep in the store; once they reach it, its submissions get 413 until
+    retention deletes some (a job that runs meanwhile may add its own result, up to max_result_bytes)."""
+    max_graph_bytes_per_token: int = Field(default=2**30, ge=2**16)
+    """Bytes of graphs one token's requests may keep in the store (a graph another token stored first is charged to
+    that one); a request whose new graphs would pass it gets 413 until retention deletes some."""
     retention_s: float = Field(default=7 * 86400.0, gt=0)
     """Ended jobs and sweeps older than this are deleted, with the graphs nothing kept refers to."""
     retention_jobs: int = Field(default=100_000, ge=1)

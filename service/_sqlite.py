@@ -14,7 +14,7 @@ from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
 from ._max_batches import MaxBatchSearch
-from ._store import GRAPH_GRACE_S, KEEP, RESULT_BULK, Change, Expired, JobStore, Retention, SearchChange
+from ._store import GRAPH_GRACE_S, KEEP, RESULT_BULK, Change, Expired, JobStore, Retention, SearchChange, Usage
 from ._sweeps import Sweep
 
 __all__ = ["SqliteStore"]
@@ -68,6 +68,16 @@ _MIGRATIONS = (
     CREATE INDEX max_batches_active ON max_batches (created_at) WHERE finished_at IS NULL;
     CREATE TABLE max_batch_graphs (id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (id, sha256));
     CREATE INDEX max_batch_graphs_by_graph ON max_batch_graphs (sha256)
+    """,
+    # 4: what each token's results and graphs take (per-token store quotas).
+    """
+    ALTER TABLE jobs ADD COLUMN result_bytes INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET result_bytes = length(CAST(result AS BLOB)) WHERE result IS NOT NULL;
+    ALTER TABLE graphs ADD COLUMN token TEXT;
+    ALTER TABLE graphs ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+    UPDATE graphs SET bytes = length(CAST(doc AS BLOB));
+    CREATE INDEX jobs_result_bytes ON jobs (token, result_bytes);
+    CREATE INDEX graphs_bytes ON graphs (token, bytes)
     """,
 )
 """Schema changes in order; ``PRAGMA user_version`` says how many a file has had."""
@@ -150,12 +160,13 @@ class SqliteStore(JobStore):
     # -- jobs --------------------------------------------------------------------------------------
 
     def _insert(self, job: Job, result: Mapping[str, Any] | None = None) -> bool:
+        text = None if result is None else json.dumps(result)
         with self._immediate() as conn:
             cur = conn.execute(
-                "INSERT OR IGNORE INTO jobs (id, status, token, created_at, queued_at, record, result) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO jobs (id, status, token, created_at, queued_at, record, result, result_bytes) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (job.id, job.status.value, job.token, job.created_at, job.queued_at, json.dumps(job.to_record()),
-                 None if result is None else json.dumps(result)))
+                 text, _size(text)))
             if cur.rowcount == 1 and result is not None:
                 self._cache(conn, job)
             return cur.rowcount == 1
@@ -175,8 +186,8 @@ class SqliteStore(JobStore):
         conn.execute("UPDATE jobs SET status = ?, token = ?, created_at = ?, queued_at = ?, record = ? WHERE id = ?",
                      (new.status.value, new.token, new.created_at, new.queued_at, json.dumps(new.to_record()), job_id))
         if result is not KEEP:
-            conn.execute("UPDATE jobs SET result = ? WHERE id = ?",
-                         (None if result is None else json.dumps(result), job_id))
+            text = None if result is None else json.dumps(result)
+            conn.execute("UPDATE jobs SET result = ?, result_bytes = ? WHERE id = ?", (text, _size(text), job_id))
             if result is not None and _jobs.reusable(new):
                 self._cache(conn, new)
         return new
@@ -254,11 +265,21 @@ class SqliteStore(JobStore):
 
     # -- graphs and sweeps -------------------------------------------------------------------------
 
-    def put_graph(self, sha256: str, doc: Mapping[str, Any]) -> None:
+    def put_graph(self, sha256: str, doc: Mapping[str, Any], *, token: str | None = None) -> None:
         conn = self._conn()
         if conn.execute("UPDATE graphs SET used_at = ? WHERE sha256 = ?", (self.clock(), sha256)).rowcount == 0:
-            conn.execute("INSERT OR IGNORE INTO graphs (sha256, doc, used_at) VALUES (?, ?, ?)",
-                         (sha256, json.dumps(doc), self.clock()))
+            text = json.dumps(doc)
+            conn.execute("INSERT OR IGNORE INTO graphs (sha256, doc, used_at, token, bytes) VALUES (?, ?, ?, ?, ?)",
+                         (sha256, text, self.clock(), token, _size(text)))
+
+    def has_graph(self, sha256: str) -> bool:
+        return self._conn().execute("SELECT 1 FROM graphs WHERE sha256 = ?", (sha256,)).fetchone() is not None
+
+    def usage(self, token: str | None) -> Usage:
+        conn = self._conn()
+        results = conn.execute("SELECT coalesce(sum(result_bytes), 0) FROM jobs WHERE token IS ?", (token,))
+        graphs = conn.execute("SELECT coalesce(sum(bytes), 0) FROM graphs WHERE token IS ?", (token,))
+        return Usage(int(results.fetchone()[0]), int(graphs.fetchone()[0]))
 
     def get_graph(self, sha256: str) -> dict[str, Any]:
         row = self._conn().execute("SELECT doc FROM graphs WHERE sha256 = ?", (sha256,)).fetchone()
@@ -364,6 +385,11 @@ class SqliteStore(JobStore):
         for conn in opened:
             conn.close()
         self._local = threading.local()
+
+
+def _size(text: str | None) -> int:
+    """Bytes of JSON ``text`` as stored (json.dumps escapes everything but ASCII: a byte a character); 0 for none."""
+    return 0 if text is None else len(text)
 
 
 def _job(row: Sequence[Any]) -> Job:

@@ -26,7 +26,7 @@ from ._jobs import Claim, Job, JobStatus, SolveSpec
 from ._max_batches import MaxBatchSearch
 from ._sweeps import Sweep
 
-__all__ = ["GRAPH_GRACE_S", "KEEP", "RESULT_BULK", "Expired", "JobStore", "Retention"]
+__all__ = ["GRAPH_GRACE_S", "KEEP", "RESULT_BULK", "Expired", "JobStore", "Retention", "Usage"]
 
 KEEP: Any = object()
 """Passed as ``result`` to ``_update``: leave the stored result as it is."""
@@ -51,6 +51,16 @@ class Retention:
     max_age_s: float
     max_jobs: int
     max_sweeps: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one token's records take in the store, in bytes of JSON: ``result_bytes`` of its jobs' results, and
+    ``graph_bytes`` of the graphs its requests stored first (a graph another token stored before is shared and
+    charged to that one); both fall as retention deletes them."""
+
+    result_bytes: int = 0
+    graph_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -138,8 +148,17 @@ class JobStore(ABC):
         """Queued or running jobs of ``token``."""
 
     @abstractmethod
-    def put_graph(self, sha256: str, doc: Mapping[str, Any]) -> None:
-        """Keep a graph document under its hash (only its last use is updated when it is already there)."""
+    def put_graph(self, sha256: str, doc: Mapping[str, Any], *, token: str | None = None) -> None:
+        """Keep a graph document under its hash, charged to ``token`` (only its last use is updated when it is
+        already there)."""
+
+    @abstractmethod
+    def has_graph(self, sha256: str) -> bool:
+        """Whether a graph is stored under ``sha256``."""
+
+    @abstractmethod
+    def usage(self, token: str | None) -> Usage:
+        """Bytes of ``token``'s stored results and of the graphs charged to it (see Usage)."""
 
     @abstractmethod
     def get_graph(self, sha256: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ._context import (
     StopReason,
 )
 from ._max_batch import BatchSearch, BatchTrial, MaxBatch, cost_cap, max_batch
+from ._options import Option, OptionKind
 from ._registry import STRATEGIES, get_strategy
 from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
 from ._solve import solve
@@ -47,6 +48,8 @@ __all__ = [
     "BatchTrial",
     "Convergence",
     "MaxBatch",
+    "Option",
+    "OptionKind",
     "Outcome",
     "Progress",
     "Result",

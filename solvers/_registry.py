@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from remat.schedules import UnknownStrategy
 
+from ._options import Option
 from ._strategy import Strategy, StrategyKind
 from .backends import BACKENDS
 from .baselines import BASELINES
@@ -21,8 +22,8 @@ SOLVERS: tuple[Strategy, ...] = (
     Strategy("checkmate", "Optimal MILP of the Checkmate paper, warm-started from the best baseline.",
              checkmate_or_offload, kind=StrategyKind.MILP, backends=tuple(BACKENDS), offload_option="offload",
              anytime=True,
-             options={**OPTIONS, "offload": "true to also move values to host memory, as checkmate-offload does "
-                                            "(needs 'transfer')"}),
+             options={**OPTIONS, "offload": Option.flag("true to also move values to host memory, as "
+                                                        "checkmate-offload does (needs 'transfer')")}),
     Strategy("checkmate-lp", "LP relaxation with two-phase rounding; its LP value is a lower bound.", checkmate_lp,
              kind=StrategyKind.LP, backends=tuple(name for name, b in BACKENDS.items() if b.lp), options=LP_OPTIONS),
     Strategy("checkmate-offload", "Keep, recompute or offload each value: the best of remat only, the offload "

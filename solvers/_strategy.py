@@ -10,6 +10,7 @@ from typing import Any
 from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable, Transfer
 
 from ._context import Outcome, SolveContext
+from ._options import Option, shown_value
 
 __all__ = ["Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph", "missing_transfer"]
 
@@ -77,11 +78,11 @@ class Strategy:
     ``run(graph, budget, ctx)`` returns an Outcome; ``kind`` says what it is (a baseline unless
     told); ``check(graph)`` raises StrategyNotApplicable when the strategy does not apply;
     ``backends`` lists the engines it can use (empty for the baselines, which use none); ``knob``
-    names the parameter a heuristic searches (an option that pins it); ``options`` describes the
-    other options it reads from ``ctx.options``; ``offloads`` says its plans copy values to host
-    memory, so it needs transfer parameters; ``offload_option`` names an option that, set to true, makes
-    it offload (``checkmate``'s ``offload``); ``anytime`` says it improves its plan until stopped, so a
-    solve's convergence rule may stop it (the others end by themselves, or at the time limit).
+    names the parameter a heuristic searches (one of its options, which pins it); ``options`` declares
+    every option it reads from ``ctx.options`` and the values each accepts; ``offloads`` says its plans
+    copy values to host memory, so it needs transfer parameters; ``offload_option`` names an option that,
+    set to true, makes it offload (``checkmate``'s ``offload``); ``anytime`` says it improves its plan until
+    stopped, so a solve's convergence rule may stop it (the others end by themselves, or at the time limit).
     """
 
     name: str
@@ -91,21 +92,27 @@ class Strategy:
     check: Check = every_graph
     backends: tuple[str, ...] = ()
     knob: str | None = None
-    options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    options: Mapping[str, Option] = field(default_factory=dict, hash=False)
     offloads: bool = False
     offload_option: str | None = None
     anytime: bool = False
+
+    def __post_init__(self) -> None:
+        for name in (self.knob, self.offload_option):
+            if name is not None and name not in self.options:
+                raise ValueError(f"strategy {self.name!r}: option {name!r} is used but not declared in its options")
 
     def offloads_with(self, options: Mapping[str, Any] | None = None) -> bool:
         """Whether this strategy, with ``options``, copies values to host memory.
 
         Raises InvalidRequest when its ``offload_option`` is given as anything but true or false.
         """
-        chosen = (options or {}).get(self.offload_option, False) if self.offload_option else False
-        if not isinstance(chosen, bool):
-            raise InvalidRequest(f"Option {self.offload_option!r} must be true or false, got {chosen!r}.",
-                                 field="options")
-        return self.offloads or chosen
+        given = options or {}
+        if self.offload_option is None or self.offload_option not in given:
+            return self.offloads
+        chosen = given[self.offload_option]
+        self.check_options({self.offload_option: chosen})
+        return self.offloads or chosen is True
 
     def check_transfer(self, transfer: Transfer | None, options: Mapping[str, Any] | None = None) -> None:
         """Raise InvalidRequest when this strategy offloads (with ``options``) and no transfer parameters were given."""
@@ -123,9 +130,15 @@ class Strategy:
                              f"{', '.join(self.backends)}.", field="backend")
 
     def check_options(self, options: Mapping[str, Any]) -> None:
-        """Raise InvalidRequest naming the first option this strategy does not read."""
-        known = [*([self.knob] if self.knob else []), *self.options]
-        unknown = sorted(set(options) - set(known))
+        """Raise InvalidRequest naming the first option this strategy does not read, or the first whose value
+        its declaration (:class:`~remat.solvers.Option`) does not accept, and what it accepts."""
+        unknown = sorted(set(options) - set(self.options))
         if unknown:
-            takes = f"the options are: {', '.join(known)}" if known else "it takes none"
-            raise InvalidRequest(f"Unknown option {unknown[0]!r} for {self.name}; {takes}.", field="options")
+            takes = f"the options are: {', '.join(self.options)}" if self.options else "it takes none"
+            raise InvalidRequest(f"Unknown option {shown_value(unknown[0])} for {self.name}; {takes}.",
+                                 field="options")
+        for name, value in options.items():
+            accepts = self.options[name].problem(value)
+            if accepts is not None:
+                raise InvalidRequest(f"Option {name!r} of {self.name} must be {accepts}, got {shown_value(value)}.",
+                                     field="options")

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from remat.solvers import STRATEGIES, available_backends
 
 from .._problems import PROBLEM_RESPONSES
-from .._schemas import StrategiesPublic, StrategyPublic
+from .._schemas import OptionPublic, StrategiesPublic, StrategyPublic
 
 router = APIRouter(prefix="/v1", tags=["strategies"])
 
@@ -15,11 +15,13 @@ router = APIRouter(prefix="/v1", tags=["strategies"])
 @router.get("/strategies", operation_id="list_strategies", response_model=StrategiesPublic,
             responses=PROBLEM_RESPONSES)
 def list_strategies() -> StrategiesPublic:
-    """Every strategy, the backends it can use, whether it offloads (and so needs ``transfer``), and which
-    backends are installed on this server."""
+    """Every strategy, the backends it can use, whether it offloads (and so needs ``transfer``), the options it
+    reads with the values each accepts, and which backends are installed on this server."""
     return StrategiesPublic(
         strategies=[StrategyPublic(name=s.name, summary=s.summary, backends=list(s.backends), knob=s.knob,
-                                   offloads=s.offloads)
+                                   offloads=s.offloads,
+                                   options={name: OptionPublic(summary=o.summary, accepts=o.accepts)
+                                            for name, o in s.options.items()})
                     for s in STRATEGIES.values()],
         installed_backends=list(available_backends()),
     )

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from .._deps import IdPath, ServiceDep, TokenDep
+from .._jobs import Job
 from .._problems import PROBLEM_RESPONSES
 from .._schemas import SweepList, SweepPublic, SweepRequest, SweepSummary
+from .._service import Service
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
 
@@ -37,11 +41,37 @@ def list_sweeps(service: ServiceDep, token: TokenDep, limit: Annotated[int, Quer
 def get_sweep(sweep_id: IdPath, service: ServiceDep, token: TokenDep,
               results: Annotated[Literal["full", "summary"], Query(
                   description="'summary' leaves each result's schedule, plan and log out: what tables and "
-                              "charts need, many times smaller for large graphs")] = "full") -> SweepPublic:
-    """The sweep's status, its jobs' statuses, and every result so far (remat.result/v1)."""
+                              "charts need, many times smaller for large graphs")] = "full") -> StreamingResponse:
+    """The sweep's status, its jobs' statuses, and every result so far (remat.result/v1).
+
+    The answer is streamed, one result read from the store at a time, so the API holds one result, never the
+    whole sweep (a large sweep's full results are tens of megabytes).
+    """
     sweep = service.sweep(sweep_id, token)
-    if results == "full":
-        return SweepPublic.of(sweep, service.sweep_jobs(sweep, with_result=True))
     jobs = service.sweep_jobs(sweep, with_result=False)
-    summaries = service.store.result_summaries([j.id for j in jobs])
-    return SweepPublic.of(sweep, jobs, [summaries[j.id] for j in jobs if j.id in summaries])
+    head = SweepPublic.of(sweep, jobs, []).model_dump(mode="json")
+    return StreamingResponse(_document(head, jobs, service, full=results == "full"), media_type="application/json")
+
+
+def _document(head: dict[str, Any], jobs: list[Job], service: Service, *, full: bool) -> Iterator[bytes]:
+    """``head`` (a SweepPublic without results) written as JSON, its ``results`` filled as they are read: each
+    ended job's result whole (``full``), one job at a time, or every result's summary."""
+    del head["results"]
+    yield _json(head)[:-1].encode() + b',"results":['
+    ended = [j.id for j in jobs if j.status.terminal]
+    if full:
+        results: Iterator[dict[str, Any] | None] = (service.job_result(job_id) for job_id in ended)
+    else:
+        summaries = service.store.result_summaries(ended)
+        results = (summaries.get(job_id) for job_id in ended)
+    separator = b""
+    for result in results:
+        if result is not None:
+            yield separator + _json(result).encode()
+            separator = b","
+    yield b"]}"
+
+
+def _json(value: Any) -> str:
+    """``value`` as the API's JSON responses write it."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -19,7 +19,7 @@ from ._chen import (
     sqrtn_checkpoints,
 )
 from ._griewank import SNAPSHOTS, binomial_steps, delivery_steps, griewank, revolve_schedule
-from ._knob import EXHAUSTIVE_LIMIT, TRIAL_LIMIT, search_knob, whole_option
+from ._knob import EXHAUSTIVE_LIMIT, TRIAL_LIMIT, search_knob
 from ._segments import retention_schedule, segment_schedule
 from ._table import BASELINES
 
@@ -50,5 +50,4 @@ __all__ = [
     "segment_budgets",
     "segment_schedule",
     "sqrtn_checkpoints",
-    "whole_option",
 ]

@@ -19,15 +19,17 @@ from math import isqrt
 
 import numpy as np
 
-from remat.schedules import Graph
+from remat.schedules import MAX_TOTAL_BYTES, Graph
 
 from .._context import Outcome, SolveContext
+from .._options import Option
 from ._articulation import articulation_points
-from ._knob import search_knob, whole_option
+from ._knob import search_knob
 from ._segments import segment_schedule
 
 __all__ = [
     "SEGMENT_BUDGET",
+    "SEGMENT_BUDGET_OPTION",
     "ap_greedy",
     "ap_sqrtn",
     "greedy_checkpoints",
@@ -38,6 +40,7 @@ __all__ = [
 ]
 
 SEGMENT_BUDGET = "segment_budget"
+SEGMENT_BUDGET_OPTION = Option.whole("pin the segment budget (bytes) instead of searching it", most=MAX_TOTAL_BYTES)
 """The greedy knob: bytes of forward output a segment may hold before the next checkpoint."""
 
 EXACT_CANDIDATES = 64
@@ -124,7 +127,6 @@ def _greedy(graph: Graph, budget: int, ctx: SolveContext, candidates: Sequence[i
         values=segment_budgets(graph, candidates),
         build=lambda b: segment_schedule(graph, checkpoints(b)),
         key=checkpoints,
-        parse=whole_option(SEGMENT_BUDGET),
     )
 
 

@@ -25,13 +25,18 @@ from math import comb
 from remat.schedules import Graph, Schedule
 
 from .._context import Outcome, SolveContext
-from ._knob import search_knob, whole_option
+from .._options import Option
+from ._knob import search_knob
 from ._segments import Interval, retention_schedule
 
-__all__ = ["SNAPSHOTS", "binomial_steps", "delivery_steps", "griewank", "revolve_schedule"]
+__all__ = ["MAX_SNAPSHOTS", "SNAPSHOTS", "SNAPSHOTS_OPTION", "binomial_steps", "delivery_steps", "griewank",
+           "revolve_schedule"]
 
 SNAPSHOTS = "snapshots"
 """The revolve knob: how many forward values may be held as snapshots at once."""
+MAX_SNAPSHOTS = 2**31 - 1
+"""Most snapshots a request may pin (more than any graph has forward nodes)."""
+SNAPSHOTS_OPTION = Option.whole("pin the number of snapshots instead of searching it", most=MAX_SNAPSHOTS)
 
 
 def binomial_steps(steps: int, snapshots: int) -> int:
@@ -99,7 +104,6 @@ def griewank(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
         knob=SNAPSHOTS,
         values=range(max(n, 1)),
         build=lambda s: revolve_schedule(graph, s),
-        parse=whole_option(SNAPSHOTS),
     )
 
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import Graph, Plan, Schedule, plan_peak_and_cost, simulate, whole_number
+from remat.schedules import Graph, Plan, Schedule, plan_peak_and_cost, simulate
 
 from .._context import Outcome, SolveContext
 
-__all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob", "whole_option"]
+__all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob"]
 
 EXHAUSTIVE_LIMIT = 24
 """Up to this many distinct candidates are all tried; beyond it the search samples and zooms."""
@@ -59,7 +59,6 @@ def search_knob(
     values: Sequence[KnobValue],
     build: Callable[[KnobValue], Schedule | Plan],
     key: Callable[[KnobValue], Hashable] | None = None,
-    parse: Callable[[Any], KnobValue] | None = None,
 ) -> Outcome:
     """The best schedule or plan over ``values`` (ordered along the knob), each candidate tried judged by
     its plan's peak and cost.
@@ -69,10 +68,11 @@ def search_knob(
     sample is tried, then the search bisects the gaps on both sides of the best candidate until
     its neighbours are adjacent or :data:`TRIAL_LIMIT` candidates were tried (with cost and peak
     monotone along the knob, as for revolve, that finds the fit boundary exactly).
-    ``ctx.options[knob]``, when given and ``parse`` accepts it, pins the knob to one value instead.
+    ``ctx.options[knob]``, when given (solve() has checked it against the strategy's declaration), pins
+    the knob to that one value instead.
     """
-    if knob in ctx.options and parse is not None:
-        values = [parse(ctx.options[knob])]
+    if knob in ctx.options:
+        values = [ctx.options[knob]]
     distinct = _distinct(values, key)
     trials: dict[int, _Trial] = {}
     kept: list[Schedule | Plan] = []  # the best trial's alone: a schedule can hold O(n^2) computes
@@ -120,12 +120,6 @@ def search_knob(
     ctx.report(incumbent_cost=chosen.cost if fits else None, message=message)
     found = kept[0]
     return Outcome(found) if isinstance(found, Schedule) else Outcome(None, plan=found)
-
-
-def whole_option(knob: str) -> Callable[[Any], int]:
-    """A parser for a knob given in ``options``: a whole number >= 0."""
-
-    return lambda value: whole_number(value, what=f"Option {knob!r}", field="options")
 
 
 def _distinct(values: Sequence[KnobValue], key: Callable[[KnobValue], Hashable] | None) -> list[KnobValue]:

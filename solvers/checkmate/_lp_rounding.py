@@ -28,16 +28,16 @@ from remat.schedules import (
     Simulation,
     recompute_closure,
     simulate_schedule,
-    whole_number,
 )
 
 from .._context import Outcome, SolveContext
+from .._options import Option
 from ..backends import BackendResult, EngineStatus, choose_backend, run_backend
 from ..baselines import best_baseline
 from ._milp import engine_limits
 from ._model import CheckmateModel, build_checkmate_model
 
-__all__ = ["DEFAULT_ROUNDS", "MAX_THRESHOLDS", "OPTIONS", "checkmate_lp", "rounding_candidates"]
+__all__ = ["DEFAULT_ROUNDS", "MAX_ROUNDS", "MAX_THRESHOLDS", "OPTIONS", "checkmate_lp", "rounding_candidates"]
 
 DEFAULT_ROUNDS = 64
 """Randomized roundings tried by default."""
@@ -48,10 +48,15 @@ MAX_THRESHOLDS = 64
 BUDGET_FACTORS = (1.0, 0.9, 0.8, 0.7)
 """Shares of the activation budget the LP is solved at, in turn, until a rounding fits the real budget."""
 
-OPTIONS: Mapping[str, str] = {
-    "rounds": f"randomized roundings to try (default {DEFAULT_ROUNDS})",
-    "seed": "seed of the randomized rounding (default 0), so a solve can be repeated exactly",
+MAX_ROUNDS = 100_000
+"""Most randomized roundings a request may ask for (each is simulated; the time limit stops them anyway)."""
+
+OPTIONS: Mapping[str, Option] = {
+    "rounds": Option.whole(f"randomized roundings to try (default {DEFAULT_ROUNDS})", most=MAX_ROUNDS),
+    "seed": Option.whole("seed of the randomized rounding (default 0), so a solve can be repeated exactly",
+                         most=2**63 - 1),
 }
+"""The options the checkmate-lp strategy reads from ``ctx.options``: what each does and accepts."""
 
 
 def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
@@ -136,6 +141,5 @@ def _best_rounding(graph: Graph, budget: int, fractional: np.ndarray, rounds: in
 
 
 def _read_options(options: Mapping[str, Any]) -> tuple[int, int]:
-    """Rounds and seed, from the options (:data:`OPTIONS`; solve() rejects others)."""
-    return (whole_number(options.get("rounds", DEFAULT_ROUNDS), what="Option 'rounds'", field="options"),
-            whole_number(options.get("seed", 0), what="Option 'seed'", field="options"))
+    """Rounds and seed, from options solve() has checked against :data:`OPTIONS`."""
+    return int(options.get("rounds", DEFAULT_ROUNDS)), int(options.get("seed", 0))

@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import Graph, InvalidRequest, simulate_schedule
+from remat.schedules import Graph, simulate_schedule
 
 from .._context import Outcome, SolveContext
+from .._options import Option
 from .._warm import WarmStart
 from ..baselines import best_baseline
 from ._anneal import anneal_path
@@ -60,11 +61,11 @@ PATHS: dict[str, SolutionPath] = {
     )
 }
 
-OPTIONS: Mapping[str, str] = {
-    "path": f"force a solution path: {', '.join(PATHS)} (default: the first that fits the graph)",
-    "warm_start": "true (default) to start from the best baseline, false to start from nothing",
+OPTIONS: Mapping[str, Option] = {
+    "path": Option.choice("force a solution path (default: the first that fits the graph)", tuple(PATHS)),
+    "warm_start": Option.flag("true (default) to start from the best baseline, false to start from nothing"),
 }
-"""The options the checkmate strategy reads from ``ctx.options``, with what each does."""
+"""The options the checkmate strategy reads from ``ctx.options``: what each does and accepts."""
 
 
 def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
@@ -78,18 +79,10 @@ def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 
 def _read_options(options: Mapping[str, Any], graph: Graph) -> tuple[SolutionPath, bool]:
-    """The solution path and whether to warm-start, from the options (:data:`OPTIONS`; solve() rejects others)."""
+    """The solution path and whether to warm-start, from options solve() has checked against :data:`OPTIONS`."""
     name = options.get("path")
-    if name is None:
-        path = next(p for p in PATHS.values() if p.fits(graph))
-    elif name in PATHS:
-        path = PATHS[name]
-    else:
-        raise InvalidRequest(f"Unknown checkmate path {name!r}; choose one of: {', '.join(PATHS)}.", field="options")
-    warm_start = options.get("warm_start", True)
-    if not isinstance(warm_start, bool):
-        raise InvalidRequest(f"Option 'warm_start' must be true or false, got {warm_start!r}.", field="options")
-    return path, warm_start
+    path = PATHS[name] if name is not None else next(p for p in PATHS.values() if p.fits(graph))
+    return path, options.get("warm_start", True) is True
 
 
 def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm: WarmStart | None) -> Outcome:

@@ -51,6 +51,7 @@ from remat.schedules import (
 )
 
 from .._context import Outcome, Progress, SolveContext, Stop, StopReason, relative_gap
+from .._options import Option
 from .._warm import WarmStart
 from .._watch import watching
 from ..checkmate import OPTIONS as CHECKMATE_OPTIONS
@@ -99,8 +100,9 @@ LADDER_NICENESS = 10
 STOP_POLL_S = 0.1
 """Seconds between two looks at whether remat only can stop: the solve was stopped, or a plan proved optimal."""
 
-OPTIONS: Mapping[str, str] = {
-    name: f"{what} (for its plans without transfers)" for name, what in CHECKMATE_OPTIONS.items()
+OPTIONS: Mapping[str, Option] = {
+    name: option.with_summary(f"{option.summary} (for its plans without transfers)")
+    for name, option in CHECKMATE_OPTIONS.items()
 }
 """The options ``checkmate-offload`` reads: checkmate's, passed to its remat-only solves."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._strategy import Strategy, check_training_graph
 from ._all import offload_all
-from ._window import WINDOW, offload_window
+from ._window import WINDOW, WINDOW_OPTION, offload_window
 
 __all__ = ["OFFLOAD_BASELINES"]
 
@@ -14,6 +14,6 @@ OFFLOAD_BASELINES: tuple[Strategy, ...] = (
              offload_all, check=check_training_graph, offloads=True),
     Strategy("offload-window", "The out-of-core seed's adaptive window: offloads only what the budget needs, "
              "waits for those copies where it needs their memory, reloads as late as copies allow; window searched.",
-             offload_window, knob=WINDOW, offloads=True),
+             offload_window, knob=WINDOW, options={WINDOW: WINDOW_OPTION}, offloads=True),
 )
 """Every engine-free strategy that offloads (kind ``baseline``, ``offloads`` set)."""

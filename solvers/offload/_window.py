@@ -40,17 +40,20 @@ from itertools import accumulate
 
 import numpy as np
 
-from remat.schedules import Graph, Plan, Transfer, checkpoint_all_plan, simulate
+from remat.schedules import MAX_TOTAL_BYTES, Graph, Plan, Transfer, checkpoint_all_plan, simulate
 
 from .._context import Outcome, SolveContext
-from ..baselines import search_knob, whole_option
+from .._options import Option
+from ..baselines import search_knob
 from ._insert import Computes, idle_intervals, insert_transfers
 from ._transfer import required_transfer
 
-__all__ = ["WINDOW", "WindowPlanner", "offload_window"]
+__all__ = ["WINDOW", "WINDOW_OPTION", "WindowPlanner", "offload_window"]
 
 WINDOW = "window"
 """offload-window's knob: bytes of the variable-sequence a reload looks ahead by."""
+WINDOW_OPTION = Option.whole("pin the window (bytes a reload looks ahead by) instead of searching it",
+                             most=MAX_TOTAL_BYTES)
 
 GRID_POINTS = 40
 """Window values tried besides 0: a geometric grid from the smallest value to the whole sequence."""
@@ -224,4 +227,4 @@ def offload_window(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     planner = WindowPlanner(graph, required_transfer(ctx, "offload-window"), host_budget=ctx.host_budget)
     return search_knob(graph, budget, ctx, knob=WINDOW, values=planner.windows(),
                        build=lambda window: planner.plan(window=window, budget=budget),
-                       key=lambda window: tuple(planner.reload_steps(window)), parse=whole_option(WINDOW))
+                       key=lambda window: tuple(planner.reload_steps(window)))

@@ -18,6 +18,8 @@ from remat.solvers import max_batch, solve
 
 BUDGET = 50_000
 LIMITS = GraphLimits()
+CAP = 100
+"""Queued or running jobs a token may have: more than any test here starts."""
 
 
 def chain_at(batch: int) -> Graph:
@@ -61,7 +63,7 @@ def run_queued(store: JobStore, *, fail: Callable[[Job], bool] = lambda job: Fal
 def run_to_the_end(store: JobStore, search_id: str) -> MaxBatchSearch:
     dispatched: list[Job] = []
     for _ in range(100):
-        advance_max_batches(store, dispatched.append, LIMITS)
+        advance_max_batches(store, dispatched.append, LIMITS, max_active_jobs_per_token=CAP)
         search = store.get_max_batch(search_id)
         if search.ended:
             return search
@@ -88,7 +90,7 @@ def test_a_batch_solved_before_is_judged_at_once(store: JobStore):
     finds each holding a reusable result (a baseline's) and ends in one step, without running anything."""
     first = run_to_the_end(store, new_search(store, ("checkpoint-all",)).id)
     second = new_search(store, ("checkpoint-all",), max_overhead=1.0)   # another request, the same jobs
-    advance_max_batches(store, lambda job: None, LIMITS)
+    advance_max_batches(store, lambda job: None, LIMITS, max_active_jobs_per_token=CAP)
     again = store.get_max_batch(second.id)
     assert again.ended and again.strategies[0].batch == first.strategies[0].batch
     assert [t.job_id for t in again.strategies[0].trials] == [t.job_id for t in first.strategies[0].trials]
@@ -96,9 +98,9 @@ def test_a_batch_solved_before_is_judged_at_once(store: JobStore):
 
 def test_a_failed_batch_ends_its_strategy_with_the_reason(store: JobStore):
     search = new_search(store)
-    advance_max_batches(store, lambda job: None, LIMITS)
+    advance_max_batches(store, lambda job: None, LIMITS, max_active_jobs_per_token=CAP)
     run_queued(store, fail=lambda job: job.spec.strategy == "chen-greedy")
-    advance_max_batches(store, lambda job: None, LIMITS)
+    advance_max_batches(store, lambda job: None, LIMITS, max_active_jobs_per_token=CAP)
     greedy = store.get_max_batch(search.id).strategies[1]
     assert greedy.ended is JobStatus.FAILED and greedy.batch == 0
     assert greedy.error == f"batch {greedy.trials[0].batch}: the solver process ended without a result (exit code 1)"
@@ -126,7 +128,7 @@ def test_a_step_that_loses_to_a_cancel_cancels_the_jobs_it_submitted(store: JobS
         return real(search_id, change)
 
     monkeypatch.setattr(store, "update_max_batch", cancel_first)
-    advance_max_batches(store, lambda job: None, LIMITS)
+    advance_max_batches(store, lambda job: None, LIMITS, max_active_jobs_per_token=CAP)
     monkeypatch.undo()
     cancelled = store.get_max_batch(search.id)
     assert cancelled.ended and {s.ended for s in cancelled.strategies} == {JobStatus.CANCELLED}

@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 
 from remat.service import Settings, create_app
 from remat.service._problems import shown
-from remat.service._values import first_unusable
+from remat.service._values import MAX_OPTION_TEXT, first_unusable
+from remat.solvers import STRATEGIES, Option, OptionKind
 
 NAN, INF = float("nan"), float("inf")
 LONE = "\ud800x"
@@ -138,3 +139,28 @@ def test_first_unusable_names_where_and_why():
 def test_shown_text_encodes_and_is_short():
     assert shown(LONE) == "\\ud800x" and shown(LONE).encode("utf-8")
     assert shown("n" * 10**6).endswith("(1000000 characters)") and len(shown("n" * 10**6)) < 200
+
+
+def _bad_values(option: Option) -> list[Any]:
+    """Values of the right JSON kinds that ``option`` still refuses: another kind, out of range, no choice."""
+    if option.kind is OptionKind.FLAG:
+        return ["yes", 1]
+    if option.kind is OptionKind.CHOICE:
+        return ["bogus", 2, "x" * MAX_OPTION_TEXT]
+    return [option.least - 1, 2.5, False, "3", *([option.most + 1] if option.most is not None else [])]
+
+
+OPTIONS = [(s.name, name, option) for s in STRATEGIES.values() for name, option in s.options.items()]
+
+
+@pytest.mark.parametrize("strategy, name, option", OPTIONS, ids=[f"{s}.{n}" for s, n, _ in OPTIONS])
+def test_an_option_value_no_solve_accepts_is_refused_at_admission(client: TestClient, strategy: str, name: str,
+                                                                   option: Option, caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.DEBUG)
+    for value in _bad_values(option):
+        body = {**_solve(), "strategy": strategy, "options": {name: value}}
+        problem = _refused(client, body)
+        assert problem["field"] == "options", problem
+        assert f"Option {name!r} of {strategy} must be {option.accepts}, got " in problem["detail"], problem
+        assert len(problem["detail"]) < 400 and "x" * 101 not in problem["detail"], problem["detail"][:500]
+    assert all(len(record.getMessage()) < 1024 for record in caplog.records)

@@ -85,8 +85,8 @@ def test_without_a_warm_start_the_engine_still_proves_the_optimum() -> None:
 
 @pytest.mark.parametrize("options, message", [
     ({"nope": 1}, "Unknown option 'nope'"),
-    ({"path": "quantum"}, "Unknown checkmate path 'quantum'"),
-    ({"warm_start": "yes"}, "'warm_start' must be true or false"),
+    ({"path": "quantum"}, "Option 'path' of checkmate must be one of 'anneal', 'anneal-milp', 'milp', got 'quantum'"),
+    ({"warm_start": "yes"}, "Option 'warm_start' of checkmate must be true or false, got 'yes'"),
 ])
 def test_bad_options_are_refused_with_a_clear_message(options: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):

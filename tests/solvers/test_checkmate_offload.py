@@ -111,7 +111,7 @@ def test_offloading_without_transfer_parameters_is_refused_with_what_to_give() -
     with pytest.raises(InvalidRequest, match="'checkmate' with option 'offload' moves values.*'transfer'") as e:
         solve(g, budget=4, strategy="checkmate", options={"offload": True})
     assert e.value.field == "transfer"
-    with pytest.raises(InvalidRequest, match="Option 'offload' must be true or false, got 'yes'"):
+    with pytest.raises(InvalidRequest, match="Option 'offload' of checkmate must be true or false, got 'yes'"):
         solve(g, budget=4, strategy="checkmate", options={"offload": "yes"}, transfer=FAST)
     assert solve(g, budget=4, strategy="checkmate", options={"offload": False}).status in FITTING_STATUSES
 

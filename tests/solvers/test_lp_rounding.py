@@ -55,8 +55,8 @@ def test_thresholds_give_nested_sets_and_randomized_rounding_repeats_with_its_se
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"rounds": -1}, "'rounds' must be a whole number"),
-    ({"seed": 1.5}, "'seed' must be a whole number"),
+    ({"rounds": -1}, "Option 'rounds' of checkmate-lp must be a whole number from 0 to 100000, got -1"),
+    ({"seed": 1.5}, "Option 'seed' of checkmate-lp must be a whole number"),
     ({"path": "milp"}, "Unknown option 'path' for checkmate-lp"),
 ])
 def test_bad_options_are_refused(options: dict[str, object], message: str) -> None:

@@ -24,6 +24,9 @@ def test_strategies_lists_the_registry_and_installed_backends(client: TestClient
     assert [s["name"] for s in listing["strategies"]] == list(STRATEGIES)
     assert listing["installed_backends"] == list(available_backends()) and "highs" in listing["installed_backends"]
     assert "highs" in next(s for s in listing["strategies"] if s["name"] == "checkmate")["backends"]
+    checkmate = next(s for s in listing["strategies"] if s["name"] == "checkmate")
+    assert checkmate["options"]["path"]["accepts"] == "one of 'anneal', 'anneal-milp', 'milp'"
+    assert checkmate["options"]["warm_start"]["accepts"] == "true or false"
 
 
 def test_openapi_documents_every_endpoint(client: TestClient):
