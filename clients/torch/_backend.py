@@ -92,6 +92,9 @@ class RematBackend:
         self.captured: list[tuple[JointGraph, Graph]] = []
         self.dry_run = False
         """While true, compiled steps stop before they compute (raising DryRun)."""
+        self._measured: dict[str, Graph] = {}
+        """Graphs costed by measurement, by their structure (costs left out): the same graph compiled again (the
+        dry run's, then the first step's) keeps its costs, and so its plan."""
         self.whole_steps = whole_steps
         """Whether each frame compiled is a whole step (rematerialize()'s, compiled with fullgraph=True, one for
         steps that accumulate gradients and one for the others): its graph has the budget to itself."""
@@ -184,14 +187,16 @@ class RematBackend:
                 raise CaptureError("The model's training step no longer exports the graph given; export it again.")
             return again
         if self.cost_model != "measured":
-            real = list(args or [])  # only where they live, for the device profile
-        elif args is None:
+            costs, unit = node_costs(joint, list(args or []), cost_model=self.cost_model, device=self.device)
+            return joint.to_graph(costs, cost_unit=unit)  # args only for where they live (the device profile)
+        if args is None:
             raise CaptureError("Measured costs need the step's inputs one for one; this graph's inputs were "
                                "merged by AOTAutograd. Use cost_model='flops'.")
-        else:
-            real = [*args, *_ones_for(joint)]
-        costs, unit = node_costs(joint, real, cost_model=self.cost_model, device=self.device)
-        return joint.to_graph(costs, cost_unit=unit)
+        structure = joint.to_graph(dict.fromkeys((p.name for p in joint.producers), 0.0), cost_unit="").sha256
+        if structure not in self._measured:
+            costs, unit = node_costs(joint, [*args, *_ones_for(joint)], cost_model="measured", device=self.device)
+            self._measured[structure] = joint.to_graph(costs, cost_unit=unit)
+        return self._measured[structure]
 
 
 class _Partition:

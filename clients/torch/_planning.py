@@ -138,6 +138,9 @@ class Planner:
     progress: bool = True
     given: Mapping[str, Any] | None = None
     host_budget: int | None = None
+    _solved: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    """Fitting results solved here, by cache key: a graph compiled again (the dry run's, then the first step's)
+    is planned once, with or without the cache on disk."""
 
     def __post_init__(self) -> None:
         if self.server is not None and set(self.options) - set(SERVER_OPTIONS):
@@ -155,6 +158,8 @@ class Planner:
             return dict(self.given), "given"
         copies = {} if transfer is None else {"transfer": transfer.to_json(), "host_budget": self.host_budget}
         key = PlanCache.key(graph.sha256, budget, self.strategy, {**self.options, **copies})
+        if key in self._solved:
+            return dict(self._solved[key]), "solved"
         cached = self.cache.get(key) if self.cache is not None else None
         if cached is not None and cached.get("status") in FITTING_STATUSES \
                 and cached.get("graph_sha256") == graph.sha256:
@@ -162,8 +167,10 @@ class Planner:
         result = self._solve(graph, budget, what, copies)
         if result.get("status") not in FITTING_STATUSES:
             result = self._smallest_plan(graph, budget, result)
-        if self.cache is not None and result.get("status") in FITTING_STATUSES:
-            self.cache.put(key, result)
+        if result.get("status") in FITTING_STATUSES:
+            self._solved[key] = result
+            if self.cache is not None:
+                self.cache.put(key, result)
         return result, "solved"
 
     def _solve(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> dict[str, Any]:

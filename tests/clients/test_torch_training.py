@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 from torch_models import MODELS, mlp  # noqa: E402
 
 from remat.clients.torch import PlanCache, activation_peak, export_graph, max_batch, rematerialize  # noqa: E402
@@ -241,6 +242,51 @@ def test_a_script_run_again_takes_its_plans_from_the_cache(tmp_path):
     assert again.result == first.result and len(list((tmp_path / "plans").glob("*.json"))) == 1
     other = rematerialize(model, inputs, activation_budget=0.8, loss_fn=loss_fn, cache=cache, time_limit_s=10)
     assert other.plans[0].source == "solved"  # another budget is another plan
+
+
+class _SetsUpOnFirstCall(nn.Module):
+    """A model whose first step sets an attribute its forward reads, as transformers' classifiers set
+    ``config.problem_type``: TorchDynamo compiles the graph again for the next step."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.problem_type: str | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.problem_type is None:
+            self.problem_type = "regression"
+        return self.inner(x)
+
+
+def test_the_first_step_follows_the_plan_rematerialize_made(monkeypatch):
+    """A graph compiled again (a guard on the model's state failed) is measured once and solved once: it was
+    measured and solved again, and the second solve could refuse a budget the first had planned."""
+    import remat.clients.torch._backend as backend_module
+    from remat.clients.torch._planning import Planner
+
+    calls = {"costs": 0, "solves": 0}
+    node_costs, solve = backend_module.node_costs, Planner._solve
+
+    def counted_costs(*args, **kwargs):
+        calls["costs"] += 1
+        return node_costs(*args, **kwargs)
+
+    def counted_solve(self, *args, **kwargs):
+        calls["solves"] += 1
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(backend_module, "node_costs", counted_costs)
+    monkeypatch.setattr(Planner, "_solve", counted_solve)
+    inner, inputs, loss_fn = _model("mlp")
+    model = _SetsUpOnFirstCall(inner)
+    rm = rematerialize(model, inputs, activation_budget=0.6, loss_fn=loss_fn, cost_model="measured", cache=False,
+                       time_limit_s=10, progress=False)
+    for _ in range(2):
+        model.zero_grad()
+        rm(*inputs).backward()
+    assert len(rm.plans) == 2 and calls == {"costs": 1, "solves": 1}
+    assert [p.result for p in rm.plans[1:]] == [rm.plans[0].result] * (len(rm.plans) - 1)
 
 
 def test_plan_cache_is_bounded_and_survives_damaged_files(tmp_path):
