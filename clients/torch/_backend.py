@@ -93,8 +93,8 @@ class RematBackend:
         self.dry_run = False
         """While true, compiled steps stop before they compute (raising DryRun)."""
         self._measured: dict[str, Graph] = {}
-        """Graphs costed by measurement, by their structure (costs left out): the same graph compiled again (the
-        dry run's, then the first step's) keeps its costs, and so its plan."""
+        """Graphs costed by measurement, by their structure (costs left out): a graph TorchDynamo compiles again
+        (one of its guards failed) keeps its costs, and so its plan."""
         self.whole_steps = whole_steps
         """Whether each frame compiled is a whole step (rematerialize()'s, compiled with fullgraph=True, one for
         steps that accumulate gradients and one for the others): its graph has the budget to itself."""

@@ -139,8 +139,8 @@ class Planner:
     given: Mapping[str, Any] | None = None
     host_budget: int | None = None
     _solved: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
-    """Fitting results solved here, by cache key: a graph compiled again (the dry run's, then the first step's)
-    is planned once, with or without the cache on disk."""
+    """Fitting results solved here, by cache key: a graph TorchDynamo compiles again is solved once, with or
+    without the cache on disk."""
 
     def __post_init__(self) -> None:
         if self.server is not None and set(self.options) - set(SERVER_OPTIONS):
