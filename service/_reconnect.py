@@ -54,11 +54,6 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None
 
-    @property
-    def down(self) -> bool:
-        """True from a failed try until the next one that succeeds."""
-        return self._since is not None
-
     def failed(self, error: BaseException) -> None:
         """A try failed: the first of an outage logs what is unreachable, why, and what the process waits for."""
         with self._lock:

@@ -45,8 +45,6 @@ def host_memory() -> Iterator[None]:
 @dataclass(frozen=True)
 class _Allocation:
     nbytes: int
-    born: int
-    """Index in the timeline of the op that made the storage."""
     host: bool = False
     """A host copy (made under :func:`host_memory`): counted in ``host_current``, not ``current``."""
 
@@ -114,7 +112,7 @@ class LiveBytes(TorchDispatchMode):
         if key in seen or key in self._live:
             return
         seen.add(key)
-        record = _Allocation(storage.nbytes(), born=len(self.timeline), host=getattr(_making, "host", False))
+        record = _Allocation(storage.nbytes(), host=getattr(_making, "host", False))
         self._live[key] = record
         self._count(record, +1)
         self._refs.append(weakref.ref(storage, self._on_death(key)))
@@ -134,20 +132,6 @@ class LiveBytes(TorchDispatchMode):
             self.host_current += sign * record.nbytes
         else:
             self.current += sign * record.nbytes
-
-    def peak_excluding(self, tensors: Iterable[torch.Tensor | None]) -> int:
-        """The peak with the storages of ``tensors`` (alive now, such as gradients) left out throughout."""
-        keys = {t.untyped_storage()._cdata for t in tensors if t is not None}
-        delta = [0] * (len(self.timeline) + 1)
-        for key in keys:
-            record = self._live.get(key)
-            if record is not None:
-                delta[record.born] += record.nbytes
-        peak, excluded = 0, 0
-        for k, total in enumerate(self.timeline):
-            excluded += delta[k]
-            peak = max(peak, total - excluded)
-        return peak
 
 
 class _InductorBuffers:
