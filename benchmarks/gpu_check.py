@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import os
 import statistics
 import sys
@@ -112,21 +113,54 @@ def _unet(device: torch.device, small: bool) -> Model:
 
 
 def _check(model: Model, device: torch.device, steps: int) -> None:
+    """Each variant's row printed as soon as it is measured; one that fails says why and the others still run."""
     torch.manual_seed(0)
     base = model.make()
     resident = _resident(base, model.inputs)
-    rows = [_run("eager", copy.deepcopy(base), model, device, steps)]
+    table = _Table(model.name)
+    eager = table.add("eager", lambda: _run("eager", copy.deepcopy(base), model, device, steps))
     checkpointed = copy.deepcopy(base)
     model.checkpointing(checkpointed)
-    rows.append(_run("framework checkpointing", checkpointed, model, device, steps))
-    compiled = copy.deepcopy(base)
-    rows.append(_run("torch.compile", compiled, model, device, steps, wrap=lambda m: torch.compile(m)))
-    budget = resident + rows[1].peak
+    framework = table.add("framework checkpointing", lambda: _run("framework checkpointing", checkpointed, model,
+                                                                    device, steps))
+    table.add("torch.compile", lambda: _run("torch.compile", copy.deepcopy(base), model, device, steps,
+                                            wrap=lambda m: torch.compile(m)))
+    if eager is None or framework is None:
+        return
     for compiler in ("eager", "inductor"):
-        rows.append(_remat(f"remat ({compiler}) at the checkpointing's bytes", base, model, device, steps,
-                           budget=budget, compiler=compiler))
-    rows.append(_offloaded(base, model, device, steps, budget=resident + rows[0].peak // 2))
-    _table(model.name, rows)
+        name = f"remat ({compiler}) at the checkpointing's bytes"
+        table.add(name, functools.partial(_remat, name, base, model, device, steps,
+                                          budget=resident + framework.peak, compiler=compiler))
+    table.add("remat (eager) offloading, at 0.5 of eager's bytes", lambda: _offloaded(base, model, device, steps,
+                                                             budget=resident + eager.peak // 2))
+
+
+class _Table:
+    """One model's table, printed a row at a time; times are relative to the first row's."""
+
+    def __init__(self, name: str) -> None:
+        self.eager: float | None = None
+        print(f"\n### {name}\n")
+        print("| variant | step peak | plan | measured / plan | step time (ms) | time / eager | notes |")
+        print("|---|---|---|---|---|---|---|")
+        sys.stdout.flush()
+
+    def add(self, name: str, measure: Callable[[], Row]) -> Row | None:
+        """Measure one variant and print its row; None (and the error in the row) if it failed."""
+        try:
+            r = measure()
+        except Exception as e:  # a check that fails is a row that says so, and the run goes on
+            print(f"| {name} | | | | | | failed: {type(e).__name__}: {str(e)[:300]} |")
+            sys.stdout.flush()
+            return None
+        t = statistics.median(r.times) if r.times else float("nan")
+        self.eager = self.eager or t
+        plan = format_size(r.plan) if r.plan is not None else ""
+        ratio = f"{r.peak / r.plan:.4f}" if r.plan else ""
+        print(f"| {r.name} | {format_size(r.peak)} | {plan} | {ratio} | {1e3 * t:.1f} | {t / self.eager:.3f} "
+              f"| {r.note} |")
+        sys.stdout.flush()
+        return r
 
 
 def _run(name: str, m: nn.Module, model: Model, device: torch.device, steps: int,
@@ -230,19 +264,6 @@ def _resident(model: nn.Module, inputs: Any) -> int:
     tensors = [*model.parameters(), *model.buffers(),
                *[t for t in (inputs.values() if isinstance(inputs, dict) else inputs) if isinstance(t, torch.Tensor)]]
     return sum(t.untyped_storage().nbytes() for t in {t.untyped_storage().data_ptr(): t for t in tensors}.values())
-
-
-def _table(name: str, rows: list[Row]) -> None:
-    eager = statistics.median(rows[0].times)
-    print(f"\n### {name}\n")
-    print("| variant | step peak | plan | measured / plan | step time (ms) | time / eager | notes |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        t = statistics.median(r.times) if r.times else float("nan")
-        plan = format_size(r.plan) if r.plan is not None else ""
-        ratio = f"{r.peak / r.plan:.4f}" if r.plan else ""
-        print(f"| {r.name} | {format_size(r.peak)} | {plan} | {ratio} | {1e3 * t:.1f} | {t / eager:.3f} | {r.note} |")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

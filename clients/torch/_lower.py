@@ -36,7 +36,7 @@ from remat.schedules import Graph, Plan, Timing
 from ._errors import PlanRejected
 from ._joint import FORWARD_END, MARKERS, STEP_END, JointGraph, first_output
 from ._offload import HostCopies, effect_points
-from ._random import REPLAYED, SAVING_STATE, WITH_STATE
+from ._random import REPLAYED
 
 __all__ = ["boxed_compiler", "lower", "release", "split_point"]
 
@@ -360,12 +360,12 @@ class _Phase:
         kwargs = fx.node.map_arg(node.kwargs, self._arg)
         op: Any = node.target
         if name in self.rng_state and op in REPLAYED:
-            instance = self.graph.call_function(WITH_STATE, (self.rng_state[name], *args), kwargs)
+            instance = self.graph.call_function(REPLAYED[op].with_state, (self.rng_state[name], *args), kwargs)
         elif name in self.rng_state:
             instance = self.graph.call_function(run_with_rng_state, (self.rng_state[name], op, *args), kwargs)
-        elif op in REPLAYED:  # its output and mask, then the state: readers take the first two as the op's
-            instance = self.graph.call_function(SAVING_STATE, args, kwargs)
-            self.rng_state[name] = self.graph.call_function(operator.getitem, (instance, 2))
+        elif op in REPLAYED:  # the op's outputs, then the state: readers take the first ones as the op's
+            instance = self.graph.call_function(REPLAYED[op].saving, args, kwargs)
+            self.rng_state[name] = self.graph.call_function(operator.getitem, (instance, len(node.meta["val"])))
             self.rng_state[name].meta["val"] = _fake_rng_state(node)
             instance.meta = {**node.meta, "val": (*node.meta["val"], self.rng_state[name].meta["val"])}
             return instance

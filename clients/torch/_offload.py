@@ -88,7 +88,7 @@ class _Streams:
 
     def wait(self, event: torch.cuda.Event | None, stream: torch.cuda.Stream | None = None) -> None:
         """Make ``stream`` (the compute stream when None) wait for ``event``."""
-        if event is not None:
+        if self.cuda and event is not None:
             (stream or torch.cuda.current_stream(self.device)).wait_event(event)
 
     @contextlib.contextmanager
@@ -194,7 +194,7 @@ def _digest(whole: torch.Tensor) -> torch.Tensor:
 
 
 def _device(value: Any) -> torch.device:
-    """The device of a value, or of the first tensor of an op's several outputs."""
-    if isinstance(value, torch.Tensor):
-        return value.device
-    return next(v.device for v in value if isinstance(v, torch.Tensor))
+    """The device of a value, or of an op's several outputs: the first not on the host (a random op's outputs
+    on a CUDA device come with its generator state on the host, and the copies must wait for the former)."""
+    tensors = [value] if isinstance(value, torch.Tensor) else [v for v in value if isinstance(v, torch.Tensor)]
+    return next((t.device for t in tensors if t.device.type != "cpu"), tensors[0].device)

@@ -3,20 +3,23 @@
 A plan may compute a random op more than once; each computation must draw what the first drew, as the
 unpatched step did once. torch's ``run_and_save_rng_state`` / ``run_with_rng_state`` do that in graphs
 run op for op, but Inductor cannot compile them on the CPU (their fake version hands back the real
-generator state). Dropout, the random op of the models people train, is replayed instead by two
-custom ops that Inductor calls as they are: :func:`dropout_saving_state` saves the generator's state
-and draws, as the first computation; :func:`dropout_with_state` draws again from that state and puts
-the generator back where it was, so the step's later random ops draw what they would have.
+generator state). Dropout, the random op of the models people train (alone, or inside attention on
+CUDA devices), is replayed instead by two custom ops per aten op that Inductor calls as they are: the
+first saves the generator's state and draws, as the first computation; the second draws again from
+that state and puts the generator back where it was, so the step's later random ops draw what they
+would have.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["REPLAYED", "SAVING_STATE", "WITH_STATE", "dropout_saving_state", "dropout_with_state"]
+__all__ = ["REPLAYED", "Replay"]
 
 
 @contextlib.contextmanager
@@ -41,38 +44,65 @@ def _set_state(state: torch.Tensor, device: torch.device) -> None:
         torch.cuda.set_rng_state(state, device)
 
 
-@torch.library.custom_op("remat::dropout_saving_state", mutates_args=())
-def dropout_saving_state(input: torch.Tensor, p: float, train: bool | None) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                      torch.Tensor]:
-    """``native_dropout(input, p, train)``'s output and mask, and the generator's state it drew from."""
-    state = _state(input.device)
-    out, mask = torch.ops.aten.native_dropout.default(input, p, train)
-    return out, mask, state
+@dataclass(frozen=True)
+class Replay:
+    """The two custom ops that replay one random aten op: ``saving`` returns the op's outputs and then the
+    generator state it drew from; ``with_state`` takes that state first and draws again from it."""
+
+    saving: Any
+    with_state: Any
 
 
-@dropout_saving_state.register_fake
-def _(input: torch.Tensor, p: float, train: bool | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    size = _state(input.device).numel()  # the real generator's: its state is a fixed number of bytes
-    return (torch.empty_like(input), torch.empty_like(input, dtype=torch.bool),
-            input.new_empty((size,), dtype=torch.uint8, device="cpu"))
+def _replay(op: Any) -> Replay:
+    """Define remat's two custom ops for the random aten ``op``, with its arguments and outputs (from its schema)."""
+    schema = op._schema
+    name = schema.name.split("::")[1].lstrip("_")
+    args, returns = str(schema).split("(", 1)[1].rsplit(") -> ", 1)
+    outputs = returns[1:-1] if returns.startswith("(") else returns
+    several = returns.startswith("(")
+    saving, again = f"remat::{name}_saving_state", f"remat::{name}_with_state"
+    torch.library.define(saving, f"({args}) -> ({outputs}, Tensor state)")
+    torch.library.define(again, f"(Tensor state, {args}) -> {returns}")
+
+    def drawn(*a: Any, **k: Any) -> tuple[Any, ...]:
+        out = op(*a, **k)
+        return tuple(out) if several else (out,)
+
+    @torch.library.impl(saving, "default")
+    def _(*a: Any, **k: Any) -> tuple[Any, ...]:
+        state = _state(_first_tensor(a).device)
+        return (*drawn(*a, **k), state)
+
+    @torch.library.register_fake(saving)
+    def _(*a: Any, **k: Any) -> tuple[Any, ...]:
+        first = _first_tensor(a)
+        size = _state(first.device).numel()  # the real generator's: its state is a fixed number of bytes
+        return (*drawn(*a, **k), first.new_empty((size,), dtype=torch.uint8, device="cpu"))
+
+    @torch.library.impl(again, "default")
+    def _(state: torch.Tensor, *a: Any, **k: Any) -> Any:
+        with _generator_at(state, _first_tensor(a).device):
+            return op(*a, **k)
+
+    @torch.library.register_fake(again)
+    def _(state: torch.Tensor, *a: Any, **k: Any) -> Any:
+        return op(*a, **k)
+
+    return Replay(getattr(torch.ops.remat, f"{name}_saving_state").default,
+                  getattr(torch.ops.remat, f"{name}_with_state").default)
 
 
-@torch.library.custom_op("remat::dropout_with_state", mutates_args=())
-def dropout_with_state(state: torch.Tensor, input: torch.Tensor, p: float,
-                       train: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``native_dropout(input, p, train)`` drawn from ``state``, leaving the generator as it was."""
-    with _generator_at(state, input.device):
-        return torch.ops.aten.native_dropout.default(input, p, train)
+def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor:
+    return next(a for a in args if isinstance(a, torch.Tensor))
 
 
-@dropout_with_state.register_fake
-def _(state: torch.Tensor, input: torch.Tensor, p: float, train: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(input), torch.empty_like(input, dtype=torch.bool)
-
-
-REPLAYED = {torch.ops.aten.native_dropout.default}
-"""The random ops replayed by these custom ops (the others, by torch's rng_prims, in graphs run op for op)."""
-
-SAVING_STATE = torch.ops.remat.dropout_saving_state.default
-WITH_STATE = torch.ops.remat.dropout_with_state.default
-"""The two ops as graphs call them."""
+REPLAYED: dict[Any, Replay] = {
+    op.default: _replay(op.default)
+    for op in (getattr(torch.ops.aten, name, None) for name in (
+        "native_dropout", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_cudnn_attention", "_efficient_attention_forward", "_flash_attention_forward",
+        "_scaled_dot_product_flash_attention_for_cpu"))
+    if op is not None
+}
+"""The random ops replayed by these custom ops, and their pairs (the others, by torch's rng_prims, in graphs run op
+for op): dropout, and attention with dropout on CUDA devices."""
