@@ -310,7 +310,7 @@ class _Phase:
         for i, host in self.host[name].items():
             key = _key(name, i)
             meta = self.moves.meta[key]
-            reloaded[i] = self.graph.call_function(self.moves.copies.reload, (host, key, meta["val"].device))
+            reloaded[i] = self.graph.call_function(self.moves.copies.reload, (host, key))
             reloaded[i].meta = dict(meta)
         self.current[name] = reloaded.pop(None) if None in reloaded else reloaded  # type: ignore[assignment]
         self.loading.add(name)

@@ -62,8 +62,9 @@ def effect_points(plan: Plan, timing: Timing) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class _Layout:
-    """How a value lies in its storage, to view the reloaded storage the same way."""
+    """Where and how a value lies in its storage, to bring the reloaded storage back the same way."""
 
+    device: torch.device
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
@@ -136,7 +137,8 @@ class HostCopies:
         The caller keeps ``value`` until :meth:`release`.
         """
         streams = self._on(value.device)
-        self._layouts[key] = _Layout(tuple(value.size()), tuple(value.stride()), int(value.storage_offset()))
+        self._layouts[key] = _Layout(value.device, tuple(value.size()), tuple(value.stride()),
+                                     int(value.storage_offset()))
         whole = value.as_strided((value.untyped_storage().nbytes() // value.element_size(),), (1,), 0)
         if self.check:
             self._digests[key] = _digest(whole)
@@ -157,11 +159,11 @@ class HostCopies:
         """Hold the compute stream until the offload of ``key`` has been copied (a plan's ``wait``)."""
         self._on(device).wait(self._copied.get(key))
 
-    def reload(self, host: torch.Tensor, key: str, device: torch.device) -> torch.Tensor:
-        """Allocate the value of ``key`` on ``device`` and start copying it back from ``host``."""
-        streams = self._on(device)
+    def reload(self, host: torch.Tensor, key: str) -> torch.Tensor:
+        """Allocate the value of ``key`` on the device it left and start copying it back from ``host``."""
         layout = self._layouts[key]
-        storage = torch.empty(host.shape, dtype=host.dtype, device=device)
+        streams = self._on(layout.device)
+        storage = torch.empty(host.shape, dtype=host.dtype, device=layout.device)
         issued = streams.record()
         with streams.on(streams.reload):
             streams.wait(issued, streams.reload)
