@@ -328,7 +328,7 @@ def _user_line(stack_trace: str) -> str:
 def _storages(val: Any) -> list[tuple[StorageWeakRef, int]]:
     """(storage, bytes) of every tensor in a node's value, each storage once (sizes are static: see _check_static)."""
     if isinstance(val, torch.Tensor):
-        return [(StorageWeakRef(val.untyped_storage()), val.untyped_storage().nbytes())]
+        return [(StorageWeakRef(val.untyped_storage()), _allocator_bytes(val.untyped_storage().nbytes(), val.device))]
     if isinstance(val, (list, tuple)):
         seen: dict[StorageWeakRef, int] = {}
         for v in val:
@@ -339,6 +339,18 @@ def _storages(val: Any) -> list[tuple[StorageWeakRef, int]]:
         return []
     raise CaptureError(f"A node of the joint graph has a value of type {type(val).__name__}; remat needs tensors of "
                        f"static shapes.")
+
+
+CUDA_BLOCK = 512
+"""Bytes the CUDA caching allocator rounds every allocation up to a multiple of (its smallest block)."""
+
+
+def _allocator_bytes(nbytes: int, device: torch.device) -> int:
+    """The bytes a storage of ``nbytes`` takes from its device's allocator: on CUDA devices, rounded up to
+    CUDA_BLOCK (what ``torch.cuda.max_memory_allocated`` counts); elsewhere, as it is."""
+    if device.type != "cuda":
+        return nbytes
+    return -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK
 
 
 def _bytes(val: Any) -> int:

@@ -18,7 +18,7 @@ from torch_models import MODELS  # noqa: E402
 
 from remat.clients.cli import main  # noqa: E402
 from remat.clients.torch import CaptureError, PlanRejected, capture, export_graph, rematerialize  # noqa: E402
-from remat.clients.torch._joint import STEP_END  # noqa: E402
+from remat.clients.torch._joint import STEP_END, _storages  # noqa: E402
 from remat.schedules import Graph  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -303,3 +303,14 @@ def test_a_graph_exported_earlier_is_reused_only_for_the_same_step():
     with pytest.raises(CaptureError, match="no longer exports the graph"):
         rematerialize(wider, wider_inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn,
                       graph=graph)
+
+
+def test_a_cuda_value_counts_the_bytes_the_caching_allocator_hands_out():
+    """torch.cuda.max_memory_allocated counts each allocation rounded up to 512 bytes: so does the plan."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():  # CUDA tensors without a GPU: only their metadata is read
+        on_gpu = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (0, 1, 512, 513, 4000)]
+        on_cpu = torch.empty(513, dtype=torch.uint8)
+    assert [_storages(t)[0][1] for t in on_gpu] == [0, 512, 512, 1024, 4096]
+    assert _storages(on_cpu)[0][1] == 513
