@@ -15,7 +15,7 @@ computed outside), one batch each, the training loop as people write it:
 Prints one table per model and the wall time; record the tables in benchmarks/README.md with the
 card and the date.
 
-    python benchmarks/gpu_check.py                         # on the CUDA device (about 5 minutes on an H100)
+    python benchmarks/gpu_check.py                         # on the CUDA device (under 8 minutes)
     python benchmarks/gpu_check.py --device cpu --small    # the same checks on the CPU, small models
 """
 
