@@ -15,11 +15,7 @@ WORKDIR /src
 COPY requirements.lock ./
 RUN pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
-COPY schedules ./schedules
-COPY solvers ./solvers
-COPY report ./report
-COPY service ./service
-COPY clients ./clients
+COPY src ./src
 RUN pip install --no-deps . && pip check && python -c "import remat.service, remat.solvers"
 
 FROM python:3.11.16-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b

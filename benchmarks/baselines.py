@@ -41,7 +41,7 @@ from remat.solvers import solve
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "benchmarks" / "graphs"
 PACKAGES = ("schedules", "solvers", "report", "service", "clients")
-"""The source folders of remat's packages (pyproject's package-dir)."""
+"""remat's packages: top-level folders before the src layout, ``src/remat/<package>`` since."""
 MEASURE_LIMIT_S = 3600.0
 """The time limit of a timed solve: long enough that no knob search is cut short on a loaded machine."""
 BASELINES = ("checkpoint-all", "checkpoint-last", "chen-sqrtn", "chen-greedy", "griewank",
@@ -164,11 +164,14 @@ def _peak_rss_mb() -> float:
 
 def source_tree(rev: str, into: Path) -> Path:
     """remat's packages as of git revision ``rev``, laid out under ``into`` to be imported with PYTHONPATH."""
+    src = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:src/remat"], capture_output=True)
     for package in PACKAGES:
         target = into / "remat" / package
         target.mkdir(parents=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, package], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(target), "--strip-components=1"], input=archive.stdout, check=True)
+        folder = f"src/remat/{package}" if src.returncode == 0 else package
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, folder], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(target), f"--strip-components={folder.count('/') + 1}"],
+                       input=archive.stdout, check=True)
     (into / "remat" / "__init__.py").write_text("")  # a regular package, found before the installed one
     return into
 

@@ -1,7 +1,7 @@
 """The packages' import graph: no cycle among remat's modules, and every import along the layers.
 
 ``schedules`` <- ``solvers`` <- ``report`` <- ``service`` <- ``clients``: a package imports only the ones
-to its left (``clients`` may import all four), and only ``clients/torch`` imports torch; ``remat compare``
+to its left (``clients`` may import all four), and only ``clients.torch`` imports torch; ``remat compare``
 loads no web framework. Imports are read with
 :mod:`ast` from the sources, those inside functions included: an import deferred into a function
 to get round a cycle is still a cycle.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS = ("schedules", "solvers", "report", "service", "clients")
 """remat's packages, lowest first: each may import those before it."""
 
@@ -27,8 +27,8 @@ def _modules() -> dict[str, Path]:
     """Every module of the packages, by dotted name (a package by the name of its ``__init__``)."""
     found = {}
     for package in LAYERS:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = ["remat", *path.relative_to(ROOT).with_suffix("").parts]
+        for path in sorted((SRC / "remat" / package).rglob("*.py")):
+            parts = list(path.relative_to(SRC).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path

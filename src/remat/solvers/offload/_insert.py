@@ -162,9 +162,9 @@ def insert_transfers(plan: Plan, moves: Iterable[tuple[IdleInterval, int]],
                              f"step {step}.")
         holding.setdefault(step, []).append(("wait", node))
     steps: list[tuple[Op, int]] = []
-    for k, step in enumerate(plan.steps):
+    for k, statement in enumerate(plan.steps):
         steps.extend(holding.get(k, ()))
         steps.extend(arriving.get(k, ()))
-        steps.append(step)
+        steps.append(statement)
         steps.extend(leaving.get(k, ()))
     return Plan(tuple(steps))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -129,16 +129,16 @@ def plan_stats(graph: Graph, plan: Plan, sim: Simulation, transfer: Transfer | N
     extra = sim.compute_counts - 1
     extra_cost = extra * graph.cost
     order = sorted(np.flatnonzero(extra > 0).tolist(), key=lambda v: (-extra_cost[v], -extra[v]))[:TOP_NODES]
-    common = dict(steps=len(plan), computes=int(sim.compute_counts.sum()), recomputations=sim.recomputations,
-                  recomputed_nodes=int((extra > 0).sum()), peak_memory=sim.peak_memory, peak_step=sim.peak_step,
-                  top=tuple((graph.nodes[v].id, int(extra[v]), float(extra_cost[v])) for v in order))
     layout = layout_plan(graph, plan, largest_first_limit=LARGEST_FIRST_BUFFERS, transfer=transfer)
-    arena = dict(arena_size=layout.arena_size, activation_peak=layout.activation_peak, efficiency=layout.efficiency)
+    stats = PlanStats(steps=len(plan), computes=int(sim.compute_counts.sum()), recomputations=sim.recomputations,
+                      recomputed_nodes=int((extra > 0).sum()), peak_memory=sim.peak_memory, peak_step=sim.peak_step,
+                      arena_size=layout.arena_size, activation_peak=layout.activation_peak,
+                      efficiency=layout.efficiency,
+                      top=tuple((graph.nodes[v].id, int(extra[v]), float(extra_cost[v])) for v in order))
     if sim.timing is not None:
-        return PlanStats(**common, **arena, offloads=len(sim.timing.stream("offload")),
-                         reloads=len(sim.timing.stream("reload")), host_peak_memory=sim.host_peak_memory,
-                         peak_time=sim.timing.spans[sim.peak_step].start)
-    return PlanStats(**common, **arena)
+        return replace(stats, offloads=len(sim.timing.stream("offload")), reloads=len(sim.timing.stream("reload")),
+                       host_peak_memory=sim.host_peak_memory, peak_time=sim.timing.spans[sim.peak_step].start)
+    return stats
 
 
 def job_figures(graph: Graph, result: Mapping[str, Any]) -> tuple[dict[str, Any], PlanStats]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from remat.schedules import Graph, Plan, Schedule, Simulation, Transfer
 
@@ -12,7 +12,7 @@ from ._context import relative_gap
 
 __all__ = ["FITTING_STATUSES", "RESULT_FORMAT", "Result", "ResultStatus"]
 
-RESULT_FORMAT = "remat.result/v1"
+RESULT_FORMAT: Final = "remat.result/v1"
 
 
 class ResultStatus(StrEnum):

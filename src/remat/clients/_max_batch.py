@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from remat.schedules import BatchedGraph, Graph, InvalidRequest, format_size
@@ -46,7 +47,7 @@ def _here(graphs: dict[int, Graph], strategies: list[str] | None, args: argparse
     answers = []
     for name in sweep_strategies(batched.template, strategies):
         answers.append(max_batch(batched, args.budget, strategy=name, max_overhead=args.max_overhead,
-                                 on_trial=lambda trial, name=name: _report(name, trial), time_limit_s=args.time_limit,
+                                 on_trial=partial(_report, name), time_limit_s=args.time_limit,
                                  convergence=convergence_of(args)))
     rows = [(a.strategy, a.batch, a.result.overhead if a.result else None,
              a.result.peak_memory if a.result else None) for a in answers]

@@ -266,8 +266,8 @@ def _counting_parts_once(graph: Graph, joint: JointGraph, plan: Plan, simulation
     if not owner:
         return simulation
     parts: dict[int, list[int]] = {}
-    for part, op in owner.items():
-        parts.setdefault(op, []).append(part)
+    for part, instance in owner.items():
+        parts.setdefault(instance, []).append(part)
     memory = graph.memory
     sharing: set[int] = set()  # resident parts whose op's instance, the one they were taken from, is resident
     timeline = simulation.timeline.copy()

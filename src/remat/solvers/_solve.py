@@ -141,9 +141,11 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
         result.status = ResultStatus.CANCELLED if reason is StopReason.CANCEL else ResultStatus.TIMEOUT
         result.lower_bound = outcome.lower_bound
     else:
+        plan = outcome.plan if outcome.schedule is None else plan_from_schedule(graph, outcome.schedule)
+        assert plan is not None, "found: a schedule or a plan"
         result.schedule = outcome.schedule
-        result.plan = outcome.plan if outcome.schedule is None else plan_from_schedule(graph, outcome.schedule)
-        result.simulation = simulate(graph, result.plan, transfer=ctx.transfer)
+        result.plan = plan
+        result.simulation = simulate(graph, plan, transfer=ctx.transfer)
         bound = graph.base_cost if outcome.lower_bound is None else max(graph.base_cost, outcome.lower_bound)
         result.lower_bound = min(bound, result.simulation.cost)
         if not result.fits:
