@@ -1,7 +1,8 @@
 """remat.clients.torch: plan a PyTorch training step within a memory budget and train following the plan.
 
-Needs the ``torch`` extra (``pip install remat[torch]``). :func:`rematerialize` is the drop-in API
-and :func:`backend` the same as a torch.compile backend; :func:`export_graph` writes the
+Needs the ``torch`` extra (``pip install remat[torch]``). :func:`rematerialize` is the drop-in API,
+:func:`enable` the same in place (for training frameworks: the Hugging Face Trainer, Lightning) and
+:func:`backend` the same as a torch.compile backend; :func:`export_graph` writes the
 remat.graph/v1 that ``remat profile`` prints; :class:`LiveBytes` and :func:`activation_peak`
 measure what a step really holds.
 """
@@ -11,6 +12,7 @@ from ._backend import COMPILERS, PlannedGraph, RematBackend
 from ._cache import PlanCache
 from ._capture import LossFn
 from ._costs import COST_MODELS, DEVICE_PROFILES, CostModel, DeviceProfile, measured_costs, node_costs, roofline_costs
+from ._enable import disable, enable, planned
 from ._errors import CaptureError, PlanRejected
 from ._explain import Explanation
 from ._joint import JointGraph, Producer
@@ -41,10 +43,13 @@ __all__ = [
     "backend",
     "capture",
     "check_result",
+    "disable",
+    "enable",
     "export_graph",
     "max_batch",
     "measured_costs",
     "node_costs",
+    "planned",
     "rematerialize",
     "roofline_costs",
     "time_call",

@@ -147,7 +147,10 @@ class RematBackend:
             if self.dry_run:
                 raise DryRun()
             if not warned and torch.is_grad_enabled():
-                warned = _warn_if_accumulating(args[0] if boxed else args, self.name)
+                # AOTAutograd's forward claims the boxed convention it copied from its inner function and takes
+                # its inputs unboxed: only a lone list is boxed
+                inputs = args[0] if boxed and len(args) == 1 and isinstance(args[0], list) else args
+                warned = _warn_if_accumulating(inputs, self.name)
             outputs = compiled(*args)
             if dropped and torch.is_grad_enabled():
                 outputs = guard_dropped_outputs(outputs, dropped, self.name, self.backward_from)
