@@ -195,6 +195,58 @@ def test_a_copy_of_an_enabled_model_plans_on_its_own_and_pickling_says_what_to_d
         pickle.dumps(model)
 
 
+def _lightning_fit(remat: bool) -> tuple[object, object]:
+    """Three optimizer steps of two micro-batches each with Lightning's Trainer, the GPT-2 inside a
+    LightningModule (planned in ``configure_model`` when ``remat``), and a validation: the module and the trainer."""
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class Language(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = _gpt2()
+            self.losses: list[torch.Tensor] = []
+
+        def configure_model(self) -> None:
+            if remat:
+                enable(self.model, activation_budget=0.7)  # the one line
+
+        def training_step(self, batch, index):  # noqa: ANN001, ANN201
+            loss = self.model(**batch).loss
+            self.losses.append(loss.detach().clone())
+            return loss
+
+        def validation_step(self, batch, index):  # noqa: ANN001, ANN201
+            self.log("val_loss", self.model(**batch).loss)
+
+        def configure_optimizers(self):  # noqa: ANN201
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    ids = torch.randint(0, VOCAB, (12, LENGTH), generator=torch.Generator().manual_seed(1))
+    data = [{"input_ids": x, "labels": x} for x in ids]
+    pl.seed_everything(0, verbose=False)
+    module = Language()
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=3, accumulate_grad_batches=2, limit_val_batches=2,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    loader = torch.utils.data.DataLoader
+    trainer.fit(module, loader(data, batch_size=2), loader(data, batch_size=4))
+    return module, trainer
+
+
+@pytest.mark.slow
+def test_lightning_trains_a_module_whose_model_is_enabled_as_it_trains_it():
+    ref, trainer_ref = _lightning_fit(remat=False)
+    module, trainer = _lightning_fit(remat=True)
+    assert len(module.losses) == len(ref.losses) == 6
+    for i, (loss, expected) in enumerate(zip(module.losses, ref.losses, strict=True)):
+        assert torch.equal(loss, expected), f"micro-batch {i}: {loss.item()} against {expected.item()}"
+    for (name, p), q in zip(module.named_parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q), f"parameter {name} after training"
+    assert torch.equal(trainer.callback_metrics["val_loss"], trainer_ref.callback_metrics["val_loss"])
+    plans = planned(module.model).plans
+    assert len(plans) == 2 and all(p.simulation.peak_memory <= p.budget for p in plans)
+
+
 class _Scaled(torch.nn.Module):
     """A loss over a count the loop passes (as the Trainer's num_items_in_batch), first or last."""
 
