@@ -7,13 +7,15 @@
 
 The captured step is the model's call (any outputs: a loss, a ModelOutput, logits whose loss is
 computed outside) or ``loss_fn(model, ...)``. The returned module shares the model's parameters and
-buffers (an optimizer built on either works for both) and its ``state_dict()`` is the model's.
+buffers (an optimizer built on either works for both), by the model's own names: ``named_parameters()``,
+``named_buffers()`` and ``state_dict()`` are the model's, and an attribute it lacks is the model's (as on
+torch.compile's module).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -130,6 +132,35 @@ class RematModule(nn.Module):
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """The model's own state dict (its keys, no prefix): it loads into the model as it is."""
         return self.model.state_dict(*args, **kwargs)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Parameter]]:
+        """The model's parameters by the model's own names, those of ``state_dict()`` (not ``model.``-prefixed);
+        with ``recurse=False``, the module's own: none."""
+        if not recurse:
+            return super().named_parameters(prefix, recurse, remove_duplicate)
+        return self.model.named_parameters(prefix, recurse, remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's buffers by the model's own names, as :meth:`named_parameters`."""
+        if not recurse:
+            return super().named_buffers(prefix, recurse, remove_duplicate)
+        return self.model.named_buffers(prefix, recurse, remove_duplicate)
+
+    def __getattr__(self, name: str) -> Any:
+        """The model's attribute where the module has none, as on torch.compile's module: the model's names resolve
+        here (``m.get_parameter(name)`` for a name of ``m.named_parameters()``), and so does ``m.config``."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError as missing:
+            model = self.__dict__.get("_modules", {}).get("model")
+            if model is None or name.startswith("__"):
+                raise
+            try:
+                return getattr(model, name)
+            except AttributeError:
+                raise missing from None
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         """Load a state dict of the model (as ``model.load_state_dict``)."""
