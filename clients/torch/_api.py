@@ -59,6 +59,13 @@ class RematModule(nn.Module):
         self._steps: dict[bool, Callable[..., Any]] = {}
         """The compiled step for steps that start without gradients (False) and for steps that add into them."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``copy.deepcopy`` and pickle keep: all but the compiled steps, which call this module's model; a copy
+        compiles its own on its first call, following the plans it carries (:meth:`RematBackend.__setstate__`)."""
+        state = super().__getstate__()
+        state["_steps"] = {}
+        return state
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with tracing():
             try:

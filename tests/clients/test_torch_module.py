@@ -4,6 +4,8 @@ planned graphs under the mode), and its parameters and buffers go by the model's
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,6 +13,7 @@ torch = pytest.importorskip("torch")
 from torch_models import MODELS  # noqa: E402
 
 from remat.clients.torch import rematerialize  # noqa: E402
+from remat.clients.torch._planning import Planner  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -21,6 +24,53 @@ PLANNED = {"activation_budget": 0.7, "strategy": "linearized-greedy", "cache": F
 def _model(name: str = "gpt"):
     torch.manual_seed(0)
     return MODELS[name]()
+
+
+def _gradients(rm, inputs) -> list[torch.Tensor]:
+    """The gradients one step of ``rm`` leaves in its model's parameters, from none (dropout seeded alike)."""
+    rm.model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    rm(*inputs).backward()
+    return [p.grad for p in rm.model.parameters()]
+
+
+def _equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture
+def solves(monkeypatch) -> list[int]:
+    """How many times a planner solved (one entry a solve)."""
+    calls: list[int] = []
+    solve = Planner._solve
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(Planner, "_solve", counted)
+    return calls
+
+
+# -- copies -------------------------------------------------------------------------------------------
+
+
+def test_a_deep_copy_trains_its_own_model_with_the_plan(solves):
+    model, inputs, loss_fn = _model()
+    unplanned = copy.deepcopy(model)
+    rm = rematerialize(model, inputs, loss_fn=loss_fn, **PLANNED)
+    twin = copy.deepcopy(rm)
+    assert twin.model is not model and {id(p) for p in twin.parameters()}.isdisjoint(map(id, model.parameters()))
+
+    copied = _gradients(twin, inputs)
+    assert all(p.grad is None for p in model.parameters())  # the copy's step leaves the original alone
+    assert all(g is not None for g in copied)
+    assert len(twin.plans) == 1 and twin.plans[0].result == rm.plans[0].result and len(solves) == 1
+    assert twin.plans[0].joint is not rm.plans[0].joint  # the copy's own capture, following the plan it had
+
+    assert _equal(_gradients(rm, inputs), copied)  # the original trains its own model as before
+    fresh = rematerialize(unplanned, inputs, loss_fn=loss_fn, **PLANNED)
+    assert _equal(_gradients(fresh, inputs), copied)
 
 
 # -- names --------------------------------------------------------------------------------------------
