@@ -14,7 +14,12 @@ torch.compile's module).
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
+import pickle
+import sys
+import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -64,7 +69,13 @@ class RematModule(nn.Module):
         compiles its own on its first call, following the plans it carries (:meth:`RematBackend.__setstate__`)."""
         state = super().__getstate__()
         state["_steps"] = {}
+        if self.loss_fn is not None:
+            state["loss_fn"] = _SavedLossFn(self.loss_fn)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        saved = state.get("loss_fn")
+        super().__setstate__({**state, "loss_fn": saved.fn if isinstance(saved, _SavedLossFn) else saved})
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with tracing():
@@ -172,6 +183,33 @@ class RematModule(nn.Module):
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         """Load a state dict of the model (as ``model.load_state_dict``)."""
         return self.model.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+class _SavedLossFn:
+    """A RematModule's ``loss_fn`` in its state: copied as it is, pickled by name, or refused saying what to do."""
+
+    def __init__(self, fn: LossFn) -> None:
+        self.fn = fn
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _SavedLossFn:
+        return _SavedLossFn(copy.deepcopy(self.fn, memo))
+
+    def __reduce__(self) -> tuple[type[_SavedLossFn], tuple[LossFn]]:
+        fn = self.fn.func if isinstance(self.fn, functools.partial) else self.fn
+        if isinstance(fn, types.FunctionType) and not _importable(fn):
+            what = "a lambda" if fn.__name__ == "<lambda>" else f"{fn.__qualname__}, a function defined inside another,"
+            raise pickle.PicklingError(f"A RematModule whose loss_fn is {what} cannot be pickled (pickle saves a "
+                                       f"function by its name): define loss_fn at the top level of a module, or save "
+                                       f"m.state_dict() and call rematerialize() again on the loaded model.")
+        return _SavedLossFn, (self.fn,)
+
+
+def _importable(fn: types.FunctionType) -> bool:
+    """Whether ``fn`` is found by its module and qualified name, as pickle looks functions up."""
+    found: Any = sys.modules.get(fn.__module__)
+    for name in fn.__qualname__.split("."):
+        found = getattr(found, name, None)
+    return found is fn
 
 
 def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | None = None, *,

@@ -5,6 +5,8 @@ planned graphs under the mode), and its parameters and buffers go by the model's
 from __future__ import annotations
 
 import copy
+import io
+import pickle
 
 import pytest
 
@@ -71,6 +73,34 @@ def test_a_deep_copy_trains_its_own_model_with_the_plan(solves):
     assert _equal(_gradients(rm, inputs), copied)  # the original trains its own model as before
     fresh = rematerialize(unplanned, inputs, loss_fn=loss_fn, **PLANNED)
     assert _equal(_gradients(fresh, inputs), copied)
+
+
+# -- pickles ------------------------------------------------------------------------------------------
+
+
+def test_a_pickled_or_saved_module_loads_and_trains_with_the_same_plan(solves):
+    model, inputs, loss_fn = _model()
+    rm = rematerialize(model, inputs, loss_fn=loss_fn, **PLANNED)
+    expected = _gradients(rm, inputs)
+    model.zero_grad(set_to_none=True)
+
+    saved = io.BytesIO()
+    torch.save(rm, saved)
+    saved.seek(0)
+    for loaded in (pickle.loads(pickle.dumps(rm)), torch.load(saved, weights_only=False)):
+        assert loaded.model is not model and loaded.plans[0].result == rm.plans[0].result
+        assert _equal(_gradients(loaded, inputs), expected)
+        assert all(p.grad is None for p in model.parameters())
+        assert len(loaded.plans) == 1 and loaded.plans[0].joint.name == rm.plans[0].joint.name
+    assert len(solves) == 1  # the plan travels with the module: nothing is solved again
+
+
+def test_a_module_whose_loss_is_a_lambda_says_how_to_pickle_it():
+    model, inputs, loss_fn = _model()
+    rm = rematerialize(model, inputs, loss_fn=lambda m, x, y: loss_fn(m, x, y), **PLANNED)
+    with pytest.raises(pickle.PicklingError, match=r"loss_fn .*top level of a module.*state_dict\(\)"):
+        pickle.dumps(rm)
+    assert _equal(_gradients(copy.deepcopy(rm), inputs), _gradients(rm, inputs))  # a copy keeps it as it is
 
 
 # -- names --------------------------------------------------------------------------------------------
