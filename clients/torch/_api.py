@@ -34,6 +34,7 @@ from ._capture import DryRun, LossFn, compile_step, error_to_show, split_inputs,
 from ._errors import CaptureError
 from ._explain import Explanation, backward_starts, explain
 from ._joint import JointGraph
+from ._modes import modes_set_aside
 from ._outputs import AUTO, NO_GRADIENT
 from ._planning import Budget, Planner, default_strategy
 from ._transfer import TransferSpec
@@ -47,7 +48,9 @@ class RematModule(nn.Module):
     Calling it calls the model (or ``loss_fn(model, ...)``) through the compiled step: the forward
     runs the plan's forward and ``backward()`` on anything computed from its outputs runs the plan's
     backward. A new input shape, ``eval()`` or ``torch.no_grad()`` compiles the step again, as
-    torch.compile does; each new training graph gets a plan of its own (``plans``).
+    torch.compile does; each new training graph gets a plan of its own (``plans``). Under a dispatch mode
+    (FlopCounterMode...) the planned graphs run under the mode (:mod:`._modes`). A deep copy or a pickled module
+    compiles its own step for its model on its first call, following the plans it carries.
 
     Attributes
     ----------
@@ -78,7 +81,7 @@ class RematModule(nn.Module):
         super().__setstate__({**state, "loss_fn": saved.fn if isinstance(saved, _SavedLossFn) else saved})
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with tracing():
+        with tracing(), modes_set_aside():
             try:
                 return self._step()(*args, **kwargs)
             except Exception as e:
@@ -347,7 +350,8 @@ def _dry_run(step: Any, remat_backend: RematBackend, args: tuple[Any, ...], kwar
     """Call the compiled ``step`` so that it captures (and plans) its graph, stopping before it computes."""
     remat_backend.dry_run = True
     try:
-        step(*args, **kwargs)
+        with modes_set_aside():
+            step(*args, **kwargs)
     except Exception as e:
         if not isinstance(e, DryRun) and not isinstance(getattr(e, "inner_exception", None), DryRun):
             _reraise(e, remat_backend.name)

@@ -37,6 +37,7 @@ from ._errors import CaptureError, PlanRejected, through_torch_compile
 from ._inductor_order import INDUCTOR_CONFIG
 from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
+from ._modes import under_modes_set_aside
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
 from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
 from ._random import REPLAYED
@@ -168,7 +169,8 @@ class RematBackend:
                 raise DryRun()
             if not warned and torch.is_grad_enabled():
                 warned = _warn_if_accumulating(args[0] if boxed else args, self.name)
-            outputs = compiled(*args)
+            with under_modes_set_aside():
+                outputs = compiled(*args)
             if dropped and torch.is_grad_enabled():
                 outputs = guard_dropped_outputs(outputs, dropped, self.name, self.backward_from)
             return outputs

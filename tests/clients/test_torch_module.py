@@ -4,6 +4,7 @@ planned graphs under the mode), and its parameters and buffers go by the model's
 
 from __future__ import annotations
 
+import collections
 import copy
 import io
 import pickle
@@ -12,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from torch_models import MODELS  # noqa: E402
 
 from remat.clients.torch import rematerialize  # noqa: E402
@@ -101,6 +104,63 @@ def test_a_module_whose_loss_is_a_lambda_says_how_to_pickle_it():
     with pytest.raises(pickle.PicklingError, match=r"loss_fn .*top level of a module.*state_dict\(\)"):
         pickle.dumps(rm)
     assert _equal(_gradients(copy.deepcopy(rm), inputs), _gradients(rm, inputs))  # a copy keeps it as it is
+
+
+# -- dispatch modes -----------------------------------------------------------------------------------
+
+
+class _Ops(TorchDispatchMode):
+    """A dispatch mode of one's own: counts the ops it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_step_under_flop_counter_mode_runs_the_plan_and_counts_its_flops():
+    model, inputs, loss_fn = _model()
+    unplanned = copy.deepcopy(model)
+    rm = rematerialize(model, inputs, loss_fn=loss_fn, **PLANNED)
+    assert rm.simulation.recomputations > 0
+    expected = _gradients(rm, inputs)
+    with FlopCounterMode(display=False) as planned:
+        counted = _gradients(rm, inputs)
+    assert _equal(counted, expected)
+    with FlopCounterMode(display=False) as eager:
+        loss_fn(unplanned, *inputs).backward()
+    assert planned.get_total_flops() > eager.get_total_flops() > 0  # what the plan computes again is counted
+
+    whole = rematerialize(unplanned, inputs, loss_fn=loss_fn, **{**PLANNED, "activation_budget": 1.0,
+                                                                  "strategy": "checkpoint-all"})
+    with FlopCounterMode(display=False) as once:
+        _gradients(whole, inputs)
+    assert once.get_total_flops() == eager.get_total_flops()  # a plan that computes each op once: eager's count
+
+
+def test_a_step_under_a_dispatch_mode_of_ones_own_runs_the_plan_under_it():
+    model, inputs, loss_fn = _model()
+    rm = rematerialize(model, inputs, loss_fn=loss_fn, **PLANNED)
+    expected = _gradients(rm, inputs)
+    half = tuple(t[:2] for t in inputs)
+    with _Ops() as mode:
+        under = _gradients(rm, inputs)
+        seen = mode.ops.copy()
+        first = _gradients(rm, half)  # a new shape, captured and planned under the mode
+        captured = mode.ops - seen
+        again = _gradients(rm, half)
+        second = mode.ops - seen - captured
+    assert _equal(under, expected) and _equal(again, first) and len(rm.plans) == 2
+    assert seen["aten.mm.default"] > 0 and seen["aten.native_layer_norm_backward.default"] > 0
+
+    # the mode sees the steps' ops, not those of capturing and planning one (a graph's first run detaches more)
+    def computing(ops):
+        return {op: n for op, n in ops.items() if op != "aten.detach.default"}
+
+    assert computing(captured) == computing(second) and torch._C._len_torch_dispatch_stack() == 0
 
 
 # -- names --------------------------------------------------------------------------------------------
