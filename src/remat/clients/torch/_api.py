@@ -7,13 +7,20 @@
 
 The captured step is the model's call (any outputs: a loss, a ModelOutput, logits whose loss is
 computed outside) or ``loss_fn(model, ...)``. The returned module shares the model's parameters and
-buffers (an optimizer built on either works for both) and its ``state_dict()`` is the model's.
+buffers (an optimizer built on either works for both), by the model's own names: ``named_parameters()``,
+``named_buffers()`` and ``state_dict()`` are the model's, and an attribute it lacks is the model's (as on
+torch.compile's module).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
-from collections.abc import Callable, Mapping
+import pickle
+import sys
+import types
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -27,6 +34,7 @@ from ._capture import DryRun, LossFn, compile_step, error_to_show, split_inputs,
 from ._errors import CaptureError
 from ._explain import Explanation, backward_starts, explain
 from ._joint import JointGraph
+from ._modes import modes_set_aside
 from ._outputs import AUTO, NO_GRADIENT
 from ._planning import Budget, Planner, default_strategy
 from ._transfer import TransferSpec
@@ -40,7 +48,9 @@ class RematModule(nn.Module):
     Calling it calls the model (or ``loss_fn(model, ...)``) through the compiled step: the forward
     runs the plan's forward and ``backward()`` on anything computed from its outputs runs the plan's
     backward. A new input shape, ``eval()`` or ``torch.no_grad()`` compiles the step again, as
-    torch.compile does; each new training graph gets a plan of its own (``plans``).
+    torch.compile does; each new training graph gets a plan of its own (``plans``). Under a dispatch mode
+    (FlopCounterMode...) the planned graphs run under the mode (:mod:`._modes`). A deep copy or a pickled module
+    compiles its own step for its model on its first call, following the plans it carries.
 
     Attributes
     ----------
@@ -57,8 +67,21 @@ class RematModule(nn.Module):
         self._steps: dict[bool, Callable[..., Any]] = {}
         """The compiled step for steps that start without gradients (False) and for steps that add into them."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``copy.deepcopy`` and pickle keep: all but the compiled steps, which call this module's model; a copy
+        compiles its own on its first call, following the plans it carries (:meth:`RematBackend.__setstate__`)."""
+        state = super().__getstate__()
+        state["_steps"] = {}
+        if self.loss_fn is not None:
+            state["loss_fn"] = _SavedLossFn(self.loss_fn)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        saved = state.get("loss_fn")
+        super().__setstate__({**state, "loss_fn": saved.fn if isinstance(saved, _SavedLossFn) else saved})
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with tracing():
+        with tracing(), modes_set_aside():
             try:
                 return self._step()(*args, **kwargs)
             except Exception as e:
@@ -131,9 +154,65 @@ class RematModule(nn.Module):
         """The model's own state dict (its keys, no prefix): it loads into the model as it is."""
         return self.model.state_dict(*args, **kwargs)
 
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Parameter]]:
+        """The model's parameters by the model's own names, those of ``state_dict()`` (not ``model.``-prefixed);
+        with ``recurse=False``, the module's own: none."""
+        if not recurse:
+            return super().named_parameters(prefix, recurse, remove_duplicate)
+        return self.model.named_parameters(prefix, recurse, remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's buffers by the model's own names, as :meth:`named_parameters`."""
+        if not recurse:
+            return super().named_buffers(prefix, recurse, remove_duplicate)
+        return self.model.named_buffers(prefix, recurse, remove_duplicate)
+
+    def __getattr__(self, name: str) -> Any:
+        """The model's attribute where the module has none, as on torch.compile's module: the model's names resolve
+        here (``m.get_parameter(name)`` for a name of ``m.named_parameters()``), and so does ``m.config``."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError as missing:
+            model = self.__dict__.get("_modules", {}).get("model")
+            if model is None or name.startswith("__"):
+                raise
+            try:
+                return getattr(model, name)
+            except AttributeError:
+                raise missing from None
+
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         """Load a state dict of the model (as ``model.load_state_dict``)."""
         return self.model.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+class _SavedLossFn:
+    """A RematModule's ``loss_fn`` in its state: copied as it is, pickled by name, or refused saying what to do."""
+
+    def __init__(self, fn: LossFn) -> None:
+        self.fn = fn
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _SavedLossFn:
+        return _SavedLossFn(copy.deepcopy(self.fn, memo))
+
+    def __reduce__(self) -> tuple[type[_SavedLossFn], tuple[LossFn]]:
+        fn = self.fn.func if isinstance(self.fn, functools.partial) else self.fn
+        if isinstance(fn, types.FunctionType) and not _importable(fn):
+            what = "a lambda" if fn.__name__ == "<lambda>" else f"{fn.__qualname__}, a function defined inside another,"
+            raise pickle.PicklingError(f"A RematModule whose loss_fn is {what} cannot be pickled (pickle saves a "
+                                       f"function by its name): define loss_fn at the top level of a module, or save "
+                                       f"m.state_dict() and call rematerialize() again on the loaded model.")
+        return _SavedLossFn, (self.fn,)
+
+
+def _importable(fn: types.FunctionType) -> bool:
+    """Whether ``fn`` is found by its module and qualified name, as pickle looks functions up."""
+    found: Any = sys.modules.get(fn.__module__)
+    for name in fn.__qualname__.split("."):
+        found = getattr(found, name, None)
+    return found is fn
 
 
 def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | None = None, *,
@@ -271,7 +350,8 @@ def _dry_run(step: Any, remat_backend: RematBackend, args: tuple[Any, ...], kwar
     """Call the compiled ``step`` so that it captures (and plans) its graph, stopping before it computes."""
     remat_backend.dry_run = True
     try:
-        step(*args, **kwargs)
+        with modes_set_aside():
+            step(*args, **kwargs)
     except Exception as e:
         if not isinstance(e, DryRun) and not isinstance(getattr(e, "inner_exception", None), DryRun):
             _reraise(e, remat_backend.name)

@@ -37,6 +37,7 @@ from ._errors import CaptureError, PlanRejected, through_torch_compile
 from ._inductor_order import INDUCTOR_CONFIG
 from ._joint import InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
+from ._modes import under_modes_set_aside
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
 from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
 from ._random import REPLAYED
@@ -60,6 +61,10 @@ class PlannedGraph:
     budget: int
     source: str
     """``"solved"``, ``"cache"`` (the plan cache on disk) or ``"given"`` (a result passed in)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PlannedGraph:
+        """Itself: a plan made is a record that does not change, which copies share (its joint graph included)."""
+        return self
 
 
 class RematBackend:
@@ -100,6 +105,22 @@ class RematBackend:
         steps that accumulate gradients and one for the others): its graph has the budget to itself."""
         self._held: dict[int, int] = {}
         """Bytes each planned frame holds while later graphs of the step run, by TorchDynamo frame."""
+        self._inherited: dict[tuple[str, int], PlannedGraph] = {}
+        """The plans of ``planned`` made before this backend was copied, by graph hash and budget (see
+        :meth:`__setstate__`), until the copy compiles that graph again."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle keeps: the settings and the plans, not what belongs to the frames compiled here."""
+        state = dict(self.__dict__)
+        state["_held"] = {}
+        state["dry_run"] = False
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy (deep or unpickled) compiles its graphs again: one planned before (the same graph at the same
+        budget) follows the plan it had, which it replaces in ``planned``, without solving again."""
+        self.__dict__.update(state)
+        self._inherited = {(p.graph.sha256, p.budget): p for p in self.planned}
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         try:
@@ -151,7 +172,8 @@ class RematBackend:
                 # its inputs unboxed: only a lone list is boxed
                 inputs = args[0] if boxed and len(args) == 1 and isinstance(args[0], list) else args
                 warned = _warn_if_accumulating(inputs, self.name)
-            outputs = compiled(*args)
+            with under_modes_set_aside():
+                outputs = compiled(*args)
             if dropped and torch.is_grad_enabled():
                 outputs = guard_dropped_outputs(outputs, dropped, self.name, self.backward_from)
             return outputs
@@ -165,7 +187,9 @@ class RematBackend:
         held = 0 if self.whole_steps else sum(b for f, b in self._held.items() if f != frame)
         budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
         transfer = transfer_for(self.transfer, graph, joint)
-        solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
+        inherited = self._inherited.pop((graph.sha256, budget), None)
+        solved, source = (dict(inherited.result), inherited.source) if inherited is not None else \
+            self.planner.result(graph, budget, what=joint.name, transfer=transfer)
         plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
                                         host_budget=self.planner.host_budget)
         result: Mapping[str, Any] = solved
@@ -177,8 +201,16 @@ class RematBackend:
             result, plan, simulation = _random_ops_once(graph, joint, solved, plan, simulation, budget)
         steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
         self._held[frame] = int(simulation.timeline[split_point(joint, steps) - 1])
-        self.planned.append(PlannedGraph(joint, graph, result, plan, simulation, budget, source))
+        self._record(PlannedGraph(joint, graph, result, plan, simulation, budget, source), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
+
+    def _record(self, planned: PlannedGraph, *, replacing: PlannedGraph | None) -> None:
+        """Add ``planned`` to the plans made, in the place of the inherited plan it follows if ``replacing`` one."""
+        at = next((i for i, p in enumerate(self.planned) if replacing is not None and p is replacing), None)
+        if at is None:
+            self.planned.append(planned)
+        else:
+            self.planned[at] = planned
 
     def costed(self, joint: JointGraph, args: Sequence[Any] | None) -> Graph:
         """The joint graph's remat.graph/v1: costs from ``costs_from`` when given (the same graph), else made."""
