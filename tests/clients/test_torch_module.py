@@ -204,3 +204,15 @@ def test_parameters_and_buffers_go_by_the_models_own_names_as_in_its_state_dict(
     fresh = _model("resnet")[0].state_dict()
     rm.load_state_dict(fresh)
     assert all(torch.equal(rm.get_parameter(name), fresh[name]) for name, _ in rm.named_parameters())
+
+
+def test_a_module_holding_it_saves_and_loads_its_state_by_the_models_names():
+    model, inputs, loss_fn = _model("resnet")
+    rm = rematerialize(model, inputs, loss_fn=loss_fn, **{**PLANNED, "activation_budget": 1.0,
+                                                         "strategy": "checkpoint-all"})
+    holder = nn.ModuleDict({"net": rm})  # a training wrapper that holds the planned module, as EMA or a task head do
+    state = holder.state_dict()
+    assert sorted(state) == sorted(f"net.{name}" for name in model.state_dict())
+    fresh = {f"net.{name}": value for name, value in _model("resnet")[0].state_dict().items()}
+    holder.load_state_dict(fresh)  # strict: every key of its own state dict, and no other
+    assert all(torch.equal(model.state_dict()[name], fresh[f"net.{name}"]) for name in model.state_dict())

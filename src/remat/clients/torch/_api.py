@@ -66,6 +66,7 @@ class RematModule(nn.Module):
         self.backend = backend
         self._steps: dict[bool, Callable[..., Any]] = {}
         """The compiled step for steps that start without gradients (False) and for steps that add into them."""
+        self._register_load_state_dict_pre_hook(_under_model)
 
     def __getstate__(self) -> dict[str, Any]:
         """What ``copy.deepcopy`` and pickle keep: all but the compiled steps, which call this module's model; a copy
@@ -186,6 +187,13 @@ class RematModule(nn.Module):
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         """Load a state dict of the model (as ``model.load_state_dict``)."""
         return self.model.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def _under_model(state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+    """Where a module holding a RematModule loads its state: the model's keys, as :meth:`RematModule.state_dict`
+    gives them (``prefix`` and the model's own names), moved under the ``model`` they load into."""
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(f"{prefix}model.")]:
+        state_dict[f"{prefix}model.{key[len(prefix):]}"] = state_dict.pop(key)
 
 
 class _SavedLossFn:
