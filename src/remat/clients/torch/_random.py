@@ -100,8 +100,7 @@ REPLAYED: dict[Any, Replay] = {
     op.default: _replay(op.default)
     for op in (getattr(torch.ops.aten, name, None) for name in (
         "native_dropout", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_cudnn_attention", "_efficient_attention_forward", "_flash_attention_forward",
-        "_scaled_dot_product_flash_attention_for_cpu"))
+        "_scaled_dot_product_cudnn_attention", "_efficient_attention_forward", "_flash_attention_forward"))
     if op is not None
 }
 """The random ops replayed by these custom ops, and their pairs (the others, by torch's rng_prims, in graphs run op
