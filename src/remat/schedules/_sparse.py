@@ -215,7 +215,8 @@ class _Held:
             return np.zeros(len(node), dtype=bool)
         at = np.searchsorted(self.keys, node * self.span + stage, side="right") - 1
         within = np.maximum(at, 0)
-        return (at >= 0) & (self.node[within] == node) & (self.end[within] > stage)
+        held: np.ndarray = (at >= 0) & (self.node[within] == node) & (self.end[within] > stage)
+        return held
 
 
 def _walk_closure(graph: Graph, held: _Held, t: int, seeds: list[int]) -> list[int]:

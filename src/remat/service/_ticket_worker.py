@@ -67,14 +67,14 @@ class TicketWorker(SimpleWorker):
         """SIGINT or SIGTERM: RQ's warm shutdown, which needs Redis; without it, the loop ends at once."""
         self.stopping.set()
         try:
-            super().request_stop(signum, frame)
+            super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
         except UNREACHABLE:
             raise StopRequested() from None
 
     def teardown(self) -> None:
         """Unregister where Redis answers; stop the thread that listens for RQ's commands in any case."""
         try:
-            super().teardown()
+            super().teardown()  # type: ignore[no-untyped-call]
         except UNREACHABLE as e:
             self.outage.failed(e)
             if self.pubsub_thread is not None:
@@ -117,7 +117,7 @@ def _take_back_name(connection: redis.Redis, previous: TicketWorker | None) -> N
     can register again under its name (RQ refuses a name that a live registration holds)."""
     connection.ping()
     if previous is not None:
-        previous.register_death()
+        previous.register_death()  # type: ignore[no-untyped-call]
 
 
 def _stop_on_signals(stopping: threading.Event) -> None:

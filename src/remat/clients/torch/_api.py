@@ -66,12 +66,12 @@ class RematModule(nn.Module):
         self.backend = backend
         self._steps: dict[bool, Callable[..., Any]] = {}
         """The compiled step for steps that start without gradients (False) and for steps that add into them."""
-        self._register_load_state_dict_pre_hook(_under_model)
+        self._register_load_state_dict_pre_hook(_under_model)  # type: ignore[no-untyped-call]
 
     def __getstate__(self) -> dict[str, Any]:
         """What ``copy.deepcopy`` and pickle keep: all but the compiled steps, which call this module's model; a copy
         compiles its own on its first call, following the plans it carries (:meth:`RematBackend.__setstate__`)."""
-        state = super().__getstate__()
+        state: dict[str, Any] = super().__getstate__()  # type: ignore[no-untyped-call]
         state["_steps"] = {}
         if self.loss_fn is not None:
             state["loss_fn"] = _SavedLossFn(self.loss_fn)
@@ -79,7 +79,7 @@ class RematModule(nn.Module):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         saved = state.get("loss_fn")
-        super().__setstate__({**state, "loss_fn": saved.fn if isinstance(saved, _SavedLossFn) else saved})
+        super().__setstate__({**state, "loss_fn": saved.fn if isinstance(saved, _SavedLossFn) else saved})  # type: ignore[no-untyped-call]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with tracing(), modes_set_aside():
@@ -151,7 +151,7 @@ class RematModule(nn.Module):
 
         return explain(latest, step=step if args or kwargs else None, model=self.model)
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The model's own state dict (its keys, no prefix): it loads into the model as it is."""
         return self.model.state_dict(*args, **kwargs)
 

@@ -63,7 +63,7 @@ def split_inputs(example_inputs: Any) -> StepInputs:
     return (example_inputs,), {}
 
 
-@torch._dynamo.allow_in_graph
+@torch._dynamo.allow_in_graph  # type: ignore[untyped-decorator]
 def backward_start(t: torch.Tensor) -> torch.Tensor:
     """Marks, in the traced step, the output the backward starts from (an identity the backend removes)."""
     return t

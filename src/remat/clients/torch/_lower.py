@@ -318,7 +318,7 @@ class _Phase:
     def _ready(self, name: str | None) -> None:
         """Make a reloaded ``name`` usable here: issue its reload if it is not yet, and wait for it."""
         if name in self.reloads:
-            self._issue(name)  # type: ignore[arg-type]
+            self._issue(name)
         if name not in self.loading:
             return
         assert self.moves is not None and name is not None
@@ -532,7 +532,8 @@ def _fake_rng_state(node: fx.Node) -> torch.Tensor:
     first = first_output(node)
     device = first.device
     state = torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device)
-    return first.fake_mode.from_tensor(state)
+    fake: torch.Tensor = first.fake_mode.from_tensor(state)
+    return fake
 
 
 def _outputs_by_root(joint: JointGraph) -> dict[str, list[int]]:

@@ -72,7 +72,7 @@ class LiveBytes(TorchDispatchMode):
     """Random-state replay (a higher-order op) runs through the count like any other op."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.current = 0
         self.peak = 0
         self.host_current = 0
@@ -84,11 +84,11 @@ class LiveBytes(TorchDispatchMode):
     def __enter__(self) -> LiveBytes:
         self._inductor = _InductorBuffers()
         self._inductor.__enter__()
-        super().__enter__()
+        super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        super().__exit__(*exc)
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
         self._inductor.__exit__(*exc)
 
     @classmethod

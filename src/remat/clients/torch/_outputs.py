@@ -98,7 +98,7 @@ class _NoGradient(torch.autograd.Function):
 
 _ANCHOR = torch.zeros((), requires_grad=True)
 
-NO_GRADIENT: type = _NoGradient._backward_cls  # type: ignore[attr-defined]
+NO_GRADIENT: type = _NoGradient._backward_cls
 """The autograd node of an output returned without gradient: backpropagating into it raises."""
 
 
@@ -112,7 +112,7 @@ def guard_dropped_outputs(outputs: Sequence[Any], dropped: Sequence[int], name: 
     guarded = list(outputs)
     for i in dropped:
         if isinstance(guarded[i], torch.Tensor):
-            guarded[i] = _NoGradient.apply(guarded[i], _ANCHOR, refusal)
+            guarded[i] = _NoGradient.apply(guarded[i], _ANCHOR, refusal)  # type: ignore[no-untyped-call]
     watched = [weakref.ref(guarded[i]) for i in dropped if isinstance(guarded[i], torch.Tensor)]
     starts = [t.grad_fn for k, t in enumerate(guarded)
               if k not in dropped and isinstance(t, torch.Tensor) and t.grad_fn is not None]

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -55,7 +55,7 @@ def load_factory(spec: str) -> Callable[..., Any]:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InvalidRequest(f"{module_name} has no callable {attr!r}.", field="factory")
-    return factory
+    return cast(Callable[..., Any], factory)
 
 
 def _import(name: str) -> Any:

@@ -73,7 +73,7 @@ def _replay(op: Any) -> Replay:
         state = _state(_first_tensor(a).device)
         return (*drawn(*a, **k), state)
 
-    @torch.library.register_fake(saving)
+    @torch.library.register_fake(saving)  # type: ignore[untyped-decorator]
     def _(*a: Any, **k: Any) -> tuple[Any, ...]:
         first = _first_tensor(a)
         size = _state(first.device).numel()  # the real generator's: its state is a fixed number of bytes
@@ -84,7 +84,7 @@ def _replay(op: Any) -> Replay:
         with _generator_at(state, _first_tensor(a).device):
             return op(*a, **k)
 
-    @torch.library.register_fake(again)
+    @torch.library.register_fake(again)  # type: ignore[untyped-decorator]
     def _(state: torch.Tensor, *a: Any, **k: Any) -> Any:
         return op(*a, **k)
 

@@ -247,7 +247,8 @@ def _overload(graph: Graph, budget: int, lives: list[tuple[int, tuple[int, ...]]
         for u in users[:-1]:
             diff[u] -= memory[v]
             diff[u + 1] += memory[v]
-    return np.cumsum(diff)[:-1] - _room(graph, budget)
+    over: np.ndarray = np.cumsum(diff)[:-1] - _room(graph, budget)
+    return over
 
 
 def _room(graph: Graph, budget: int) -> np.ndarray:
