@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 
 from factories import chain  # noqa: E402
 
+from remat.clients.torch import PlanRejected, check_result  # noqa: E402
 from remat.clients.torch._planning import Planner  # noqa: E402
 from remat.schedules import InvalidRequest, Transfer  # noqa: E402
 
@@ -75,3 +76,11 @@ def test_an_output_kept_apart_shares_memory_with_the_instance_it_came_from_only(
     assert _counting_parts_once(graph, joint, taken, simulate(graph, taken)).timeline.tolist() == [10, 10, 11]
     # computed again, the op allocates all its outputs anew: the part taken before is a storage of its own
     assert _counting_parts_once(graph, joint, again, simulate(graph, again)).timeline.tolist() == [10, 10, 2, 12, 13]
+
+
+def test_below_the_least_any_plan_holds_the_leanest_plan_is_quoted_not_followed() -> None:
+    graph = chain(4, memory=8)
+    budget = graph.min_feasible_budget - 1
+    result, _ = Planner("checkmate", progress=False).result(graph, budget, what="a step")
+    with pytest.raises(PlanRejected, match="The leanest plan found peaks at"):
+        check_result(graph, result, budget=budget)

@@ -208,7 +208,7 @@ class Planner:
             floor = solve(graph, budget=max(budget, graph.min_feasible_budget), strategy=MIN_FLOOR_STRATEGY).to_json()
         except StrategyNotApplicable:  # too large a graph for it: the strategy's own plan is all there is
             floor = {}
-        if floor.get("status") in FITTING_STATUSES:
+        if floor.get("status") in FITTING_STATUSES and floor["peak_memory"] <= budget:
             floor["log"] = [*failed.get("log", [])[-3:], f"{self.strategy} found no plan within the budget; "
                             f"{MIN_FLOOR_STRATEGY}'s plan fits", *floor.get("log", [])]
             return floor
