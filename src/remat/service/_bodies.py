@@ -34,7 +34,7 @@ from ._problems import problem
 __all__ = ["PUBLIC_BODY_BYTES", "BodyLimit"]
 
 ROOM_POLL_S = 0.02
-"""Seconds between two looks for room in the budget."""
+"""Seconds between two looks for room in the budget. (docs/tuning.md)"""
 PUBLIC_BODY_BYTES = 4096
 """Most bytes of a body on a path that needs no token (the sign-in form: a token and a page address)."""
 CLOSE = {"Connection": "close"}

@@ -44,7 +44,7 @@ from ._token_load import token_load
 __all__ = ["Service"]
 
 WAIT_POLL_S = (0.01, 0.1)
-"""First and longest pause between two looks at a job someone waits for."""
+"""First and longest pause between two looks at a job someone waits for. (docs/tuning.md)"""
 FULL_SCHEDULE_MAX_IDS = 2_000_000
 """Most node ids of a schedule's full form the API writes (about 20 MB of JSON); the compact form has no limit."""
 

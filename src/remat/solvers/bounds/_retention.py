@@ -43,7 +43,7 @@ from ..backends import Limits, MilpModel, get_backend
 __all__ = ["overloaded_stages", "retention_bound"]
 
 _SAFETY = 1e-6
-"""Relative margin taken off an engine's optimum or dual bound before it is reported as proved."""
+"""Relative margin taken off an engine's optimum or dual bound before it is reported as proved. (docs/tuning.md)"""
 
 
 def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral: bool = False,

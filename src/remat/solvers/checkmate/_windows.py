@@ -28,13 +28,13 @@ __all__ = ["CENTRES", "NEAR_FLOOR", "WIDTHS", "prove_infeasible"]
 
 NEAR_FLOOR = 1.1
 """A node is a window centre when the budget is at most this multiple of its compute footprint
-(fixed memory included); further above it, a few stages always have room."""
+(fixed memory included); further above it, a few stages always have room. (docs/tuning.md)"""
 
 CENTRES = 3
-"""Most window centres, the largest footprints first."""
+"""Most window centres, the largest footprints first. (docs/tuning.md)"""
 
 WIDTHS = (2, 3, 5, 9)
-"""Window sizes tried, in stages, around each centre."""
+"""Window sizes tried, in stages, around each centre. (docs/tuning.md)"""
 
 
 def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | None:
