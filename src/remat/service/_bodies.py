@@ -1,7 +1,7 @@
 """Request bodies: a cap on each one, a time limit to arrive, and a budget for the bytes of all those being read.
 
 A JSON body costs the API about fifteen times its size in memory while it is parsed and validated,
-so one cap per body is not enough: ten concurrent 32 MiB solve requests took 4.9 GB. Each
+so one cap per body is not enough: ten concurrent 32 MiB solve requests took 4.9 GB (benchmarks/hardening.py). Each
 authenticated request with a body reserves its size (its Content-Length, or the cap when it is
 streamed in chunks) from the budget before anything reads it and gives it back when it has been
 answered; one that finds no room within ``wait_s`` gets 503 with Retry-After.

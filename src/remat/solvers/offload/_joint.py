@@ -88,12 +88,12 @@ RUNG_SHARE = 0.8
 """Share of a rung's time for its anneal; the rest is kept for moving its plan down to the budget. (docs/tuning.md)"""
 
 MOVES_PER_NODE = 10
-"""Moves per node of the anneal at each rung of the ladder: on gpt-12 (678 nodes) 0.3 to 0.9 s, about as
-good as checkmate's anneal path in 3 s. (docs/tuning.md)"""
+"""Moves per node of the anneal at each rung of the ladder: on gpt-12 (678 nodes) a fraction of the time
+checkmate's anneal path takes to a plan about as good. (docs/tuning.md)"""
 
 MOVES_AT_BUDGET = 50
 """Moves per node of the anneal at the budget itself, the first remat-only plan: on gpt-12 at 0.35 of its
-peak, 1.28 times the base cost in 4 s (1.30 with 10 moves per node). (docs/tuning.md)"""
+peak, 1.28 times the base cost (1.30 with 10 moves per node). (docs/tuning.md)"""
 
 LADDER_NICENESS = 10
 """The nice value of the thread of steps 1 and 2: it yields most of a contended core to step 3's processes.
@@ -153,8 +153,9 @@ def checkmate_offload(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 def _yield_cpu() -> None:
     """Lower the calling thread's CPU priority (Linux keeps a nice value per thread), so that remat only's
-    solver processes run first where they compete for cores: on two cores the ladder's thread took a
-    share of their time and remat only beside it returned plans up to 0.7 % dearer than on its own."""
+    solver processes run first where they compete for cores: there the ladder's thread took a share of
+    their time and remat only beside it returned dearer plans than on its own (benchmarks/LOG.md,
+    2026-11-24 12:49 UTC)."""
     with suppress(AttributeError, OSError):  # no setpriority (Windows), or not allowed
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LADDER_NICENESS)
 

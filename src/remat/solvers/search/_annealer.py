@@ -73,11 +73,11 @@ COOLING = 1e-3
 
 FIRST_CYCLE_S = 8.0
 """Seconds of the first cooling cycle; each next one lasts twice as long, and the last takes all
-that is left once the one after it would not fit (60 s: 8, 16 and 36 s). A chain cooled over 60 s
-is still hot after 6 s, where a solve stopped by its convergence rule used to end (the 12-block GPT
-at 0.5 of its peak: 14.9 %); one cooled over 8 s has most of its gain after 3 s (14.0 %, what 60 s
-reached). Cycles of 1 or 2 s are too short to anneal (the 48-step LSTM at 0.5: 23 to 29 % after
-3 s, against 22 %). (docs/tuning.md)"""
+that is left once the one after it would not fit (60 s: 8, 16 and 36 s). A chain cooled over the
+whole limit is still hot where a solve stopped by its convergence rule ends; one cooled over a first
+cycle this long has most of its gain early, about what the whole limit reaches, and much shorter
+cycles are too short to anneal (the 12-block GPT and the 48-step LSTM at 0.5 of their peaks:
+benchmarks/LOG.md, 2026-11-24 21:00 UTC). (docs/tuning.md)"""
 
 WEIGHT_UP = 1.05
 """Factor on the memory penalty's weight after :data:`WEIGHT_UP_AFTER` moves in a row over budget. (docs/tuning.md)"""
@@ -440,9 +440,9 @@ class Annealer:
 
         Pressed against the target alone, the search minimizes the summed excess of every stage over
         it, and can settle far above the lowest peak it could reach; a limit just under the peak
-        gathers the search on the few stages that make it (rl500 at 0.6 of its peak, one chain for
-        12 s, eight seeds: leanest peaks of 0.616 to 0.778 of checkpoint-all's against the target
-        alone, 0.627 to 0.704 pressed under the peak).
+        gathers the search on the few stages that make it (rl500 at 0.6 of its peak, one chain, eight
+        seeds: the leanest peaks reached are lower pressed under the peak than against the target
+        alone; benchmarks/LOG.md, 2026-11-24 23:00 UTC).
         """
         peak = int(self.tl.peaks.max())
         self.limit = max(self.target, peak - max((peak - self.target) // 10, 1))
