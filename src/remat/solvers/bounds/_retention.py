@@ -58,7 +58,7 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
     Examples
     --------
     Not run as doctests: running HiGHS here would keep OR-Tools out of the test process
-    (tests/solvers/test_portfolio.py checks the bounds in a helper process instead).
+    (tests/solvers/test_anneal_path.py checks the bounds in a helper process instead).
 
     >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
     ...     {"id": "a", "deps": [], "cost": 1, "memory": 4},
