@@ -14,8 +14,8 @@ computed outside), one batch each, the training loop as people write it:
   ``REMAT_CHECK_COPIES=1`` (every reloaded value checked against the value offloaded: a stream race
   raises) and then timed; its gradients against eager's.
 
-Prints one table per model and the wall time; record the tables in benchmarks/README.md with the
-card and the date.
+Prints one table per model and the wall time; record the run in benchmarks/LOG.md and its tables in
+benchmarks/README.md (replacing the previous run's), with the card and the date.
 
     python benchmarks/gpu_check.py                         # on the CUDA device (under 8 minutes)
     python benchmarks/gpu_check.py --device cpu --small    # the same checks on the CPU, small models

@@ -1,4 +1,10 @@
-"""Published results on the paper graphs (``../shared/benchmarks/README.md``), for the benchmark tables."""
+"""Published results on the paper graphs, for the benchmark tables.
+
+From the Moccasin paper (Bartan et al., "Moccasin: Efficient Tensor Rematerialization for Neural
+Networks", ICML 2023), which reports its own CP-SAT model (16 workers) and the Checkmate MILP (Jain et
+al., "Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization", MLSys 2020) on
+Gurobi, on the Checkmate paper's training graphs and Moccasin's random layered graphs (benchmarks/graphs).
+"""
 
 from __future__ import annotations
 

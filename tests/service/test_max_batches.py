@@ -11,7 +11,7 @@ from factories import chain
 
 from remat.schedules import BatchedGraph, Graph, GraphLimits
 from remat.service import Claim, Job, JobNotFound, JobStatus, JobStore, MaxBatchSearch
-from remat.service._batch_planner import advance_max_batches
+from remat.service._max_batch_steps import advance_max_batches
 from remat.service._max_batches import new_max_batch
 from remat.service._store import Retention
 from remat.solvers import max_batch, solve

@@ -18,9 +18,9 @@ from processes import wait_until
 
 from remat.schedules import Graph, GraphLimits
 from remat.service import Claim, Job, JobStore, Settings, SolveSpec, create_app
-from remat.service._batch_planner import advance_max_batches
+from remat.service._max_batch_steps import advance_max_batches
 from remat.service._max_batches import new_max_batch
-from remat.service._planner import complete_sweeps
+from remat.service._sweep_completion import complete_sweeps
 from remat.service._sweeps import new_sweep
 from remat.service._token_load import token_load
 from remat.solvers import solve

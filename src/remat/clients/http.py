@@ -29,11 +29,12 @@ TransferLike: TypeAlias = Transfer | Mapping[str, Any]
 TERMINAL = ("succeeded", "failed", "cancelled")
 WAIT_S = 7200.0
 """How long ``wait`` (and so ``solve`` and ``result``) polls a job by default: the service's longest solve
-(an hour by default) with as long again to wait in the queue. ``timeout_s=None`` waits for good."""
+(an hour by default) with as long again to wait in the queue. ``timeout_s=None`` waits for good. (docs/tuning.md)"""
 SWEEP_WAIT_S = 86400.0
-"""How long ``wait_sweep`` and ``wait_max_batch`` poll by default: a day (a sweep is hundreds of solves)."""
+"""How long ``wait_sweep`` and ``wait_max_batch`` poll by default: a day (a sweep is hundreds of solves).
+(docs/tuning.md)"""
 LONGEST_POLL_S = 5.0
-"""Polls start ``poll_s`` apart and back off to this."""
+"""Polls start ``poll_s`` apart and back off to this. (docs/tuning.md)"""
 RETRY_STATUSES = (429, 503)
 """Refusals for lack of room: retried after their Retry-After, within the client's ``retry_s``."""
 

@@ -43,7 +43,7 @@ TOP_NODES = 12
 """Most recomputed nodes listed by name."""
 LARGEST_FIRST_BUFFERS = 2000
 """Plans with more buffers are laid out in plan order (linear) for their page, not largest first (quadratic:
-5 s at 10,000 buffers, 24 s at 20,000, in an API thread)."""
+seconds of an API thread at 10,000 buffers: benchmarks/README.md, "The service under attack and at scale")."""
 
 
 @dataclass(frozen=True)

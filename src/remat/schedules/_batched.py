@@ -20,10 +20,12 @@ from ._numbers import whole_number
 __all__ = ["BatchedGraph"]
 
 MEMORY_TOLERANCE = 0.01
-"""How far (a fraction, plus one byte) a node's memory may sit off the line fitted through its batch sizes."""
+"""How far (a fraction, plus one byte) a node's memory may sit off the line fitted through its batch sizes.
+(docs/tuning.md)"""
 
 COST_TOLERANCE = 0.25
-"""How far a graph's total cost may sit off the fitted line: measured costs are noisy, byte counts are not."""
+"""How far a graph's total cost may sit off the fitted line: measured costs are noisy, byte counts are not.
+(docs/tuning.md)"""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from ._transfer import Transfer
 __all__ = ["SIZE_ORDER_LIMIT", "Buffer", "Layout", "layout_plan"]
 
 SIZE_ORDER_LIMIT = 20_000
-"""Most buffers placed largest-first; larger plans are placed in plan order."""
+"""Most buffers placed largest-first; larger plans are placed in plan order. (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Request bodies: a cap on each one, a time limit to arrive, and a budget for the bytes of all those being read.
 
 A JSON body costs the API about fifteen times its size in memory while it is parsed and validated,
-so one cap per body is not enough: ten concurrent 32 MiB solve requests took 4.9 GB. Each
+so one cap per body is not enough: ten concurrent 32 MiB solve requests took 4.9 GB (benchmarks/hardening.py). Each
 authenticated request with a body reserves its size (its Content-Length, or the cap when it is
 streamed in chunks) from the budget before anything reads it and gives it back when it has been
 answered; one that finds no room within ``wait_s`` gets 503 with Retry-After.
@@ -34,7 +34,7 @@ from ._problems import problem
 __all__ = ["PUBLIC_BODY_BYTES", "BodyLimit"]
 
 ROOM_POLL_S = 0.02
-"""Seconds between two looks for room in the budget."""
+"""Seconds between two looks for room in the budget. (docs/tuning.md)"""
 PUBLIC_BODY_BYTES = 4096
 """Most bytes of a body on a path that needs no token (the sign-in form: a token and a page address)."""
 CLOSE = {"Connection": "close"}

@@ -45,7 +45,7 @@ log = logging.getLogger("remat.service")
 PERFORM = "remat.service._cluster.perform"
 """The one function a ticket may name."""
 TICKET_SLACK_S = 300
-"""Seconds RQ allows a ticket beyond the longest solve before it gives up on its worker."""
+"""Seconds RQ allows a ticket beyond the longest solve before it gives up on its worker. (docs/tuning.md)"""
 
 
 class ForeignMessage(RematError):

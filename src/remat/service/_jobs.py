@@ -291,7 +291,7 @@ def request_cancel(job: Job, *, now: float) -> Job | None:
 
 
 STALLED_LEASES = 4
-"""Leases a runner alive on this host may miss (a loaded machine) before its job is taken back."""
+"""Leases a runner alive on this host may miss (a loaded machine) before its job is taken back. (docs/tuning.md)"""
 
 
 def lost_reason(job: Job, *, now: float, lease_s: float) -> str | None:

@@ -22,7 +22,7 @@ __all__ = ["LocalExecutor"]
 log = logging.getLogger("remat.service")
 
 IDLE_WAIT_S = 1.0
-"""Seconds an idle slot sleeps before it looks at the queue again (a submission wakes it sooner)."""
+"""Seconds an idle slot sleeps before it looks at the queue again (a submission wakes it sooner). (docs/tuning.md)"""
 
 
 class LocalExecutor:

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from remat.schedules import RematError
 
-from ._batch_planner import advance_max_batches
 from ._jobs import Job
-from ._planner import complete_sweeps
+from ._max_batch_steps import advance_max_batches
 from ._reconnect import UNREACHABLE, Outage
 from ._settings import Settings
 from ._store import JobStore
+from ._sweep_completion import complete_sweeps
 
 __all__ = ["Chores", "check_heartbeat"]
 

@@ -3,10 +3,10 @@
 A search keeps the graphs of one model at two or more batch sizes (memory and cost fitted as lines
 in the batch, :class:`remat.schedules.BatchedGraph`), a device budget, a cost cap, and per strategy
 the bisection of :class:`remat.solvers.BatchSearch`. The executors' maintenance
-(:mod:`._batch_planner`) finds its bounds, submits each batch to try as a solve job of the search's
+(:mod:`._max_batch_steps`) finds its bounds, submits each batch to try as a solve job of the search's
 token and records each verdict once that job has ended, so no strategy runs in the API's threads.
 
-A record changes only through a compare-and-set on its ``revision``, so a cancel and the planners of
+A record changes only through a compare-and-set on its ``revision``, so a cancel and the maintenance of
 several processes never overwrite one another.
 """
 
@@ -125,7 +125,7 @@ class MaxBatchSearch:
     convergence: Mapping[str, float] | None = None
     """The convergence rule of every trial's solve (see :attr:`remat.service.SolveSpec.convergence`)."""
     bounds: tuple[int, int] | None = None
-    """(ceiling, start) of the bisection (see :class:`remat.solvers.BatchSearch`), once the planner found them."""
+    """(ceiling, start) of the bisection (see :class:`remat.solvers.BatchSearch`), once its first step found them."""
     revision: int = 0
     finished_at: float | None = None
 

@@ -44,7 +44,7 @@ from ._sweeps import Sweep
 __all__ = ["RedisStore"]
 
 CLAIM_TRIES = 8
-"""Times claim_next picks again when another worker claimed its pick first."""
+"""Times claim_next picks again when another worker claimed its pick first. (docs/tuning.md)"""
 SCHEMA = 3
 """Version of the key layout; ``migrate`` rebuilds the indexes of records written under an older one."""
 

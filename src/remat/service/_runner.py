@@ -32,11 +32,11 @@ __all__ = ["RunnerConfig", "run_claimed"]
 log = logging.getLogger("remat.service")
 
 POLL_S = 0.1
-"""Seconds between two looks at the solver's pipe."""
+"""Seconds between two looks at the solver's pipe. (docs/tuning.md)"""
 CONTROL_INTERVAL_S = 0.25
-"""Seconds between two reads of the job's cancel flag."""
+"""Seconds between two reads of the job's cancel flag. (docs/tuning.md)"""
 PROGRESS_INTERVAL_S = 0.5
-"""Least seconds between two progress writes to the store."""
+"""Least seconds between two progress writes to the store. (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from ._token_load import token_load
 __all__ = ["Service"]
 
 WAIT_POLL_S = (0.01, 0.1)
-"""First and longest pause between two looks at a job someone waits for."""
+"""First and longest pause between two looks at a job someone waits for. (docs/tuning.md)"""
 FULL_SCHEDULE_MAX_IDS = 2_000_000
 """Most node ids of a schedule's full form the API writes (about 20 MB of JSON); the compact form has no limit."""
 
@@ -120,7 +120,7 @@ class Service:
         """A sweep of ``request``'s graph: every (strategy, budget) point an ordinary job.
 
         Without ``budgets``, each heuristic's natural point is added once its run at the top budget has
-        ended (:mod:`._planner`): nothing here runs a strategy, so the API's threads stay free.
+        ended (:mod:`._sweep_completion`): nothing here runs a strategy, so the API's threads stay free.
         """
         graph = request.graph.to_graph(self.settings.graph_limits)
         time_limit_s = self._time_limit(request.time_limit_s)
@@ -169,7 +169,7 @@ class Service:
     def submit_max_batch(self, request: MaxBatchRequest, token: str | None) -> MaxBatchSearch:
         """The search answering ``request``: new, or the token's identical one (begun afresh when it ended without
         an answer for some strategy). Its batches are submitted as jobs by the executors' maintenance
-        (:mod:`._batch_planner`), never by the API's threads."""
+        (:mod:`._max_batch_steps`), never by the API's threads."""
         graphs = {g.batch: g.graph.to_graph(self.settings.graph_limits) for g in request.graphs}
         batched = BatchedGraph.from_graphs(graphs)
         strategies = [(s, _sweep_backend(get_strategy(s), request.backend))

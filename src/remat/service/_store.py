@@ -35,7 +35,8 @@ RESULT_BULK = ("schedule", "plan", "log")
 """The fields of a remat.result/v1 that ``result_summaries`` leaves out (the bulk of a big graph's result)."""
 
 GRAPH_GRACE_S = 3600.0
-"""A graph stored (or submitted again) within this many seconds is kept even while no job refers to it yet."""
+"""A graph stored (or submitted again) within this many seconds is kept even while no job refers to it yet.
+(docs/tuning.md)"""
 
 Change = Callable[[Job], "Job | None"]
 SearchChange = Callable[[MaxBatchSearch], "MaxBatchSearch | None"]

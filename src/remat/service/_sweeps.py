@@ -4,7 +4,7 @@ A default sweep is made in two steps. Submitting it creates every strategy's job
 budgets up to the checkpoint-all peak; a heuristic's job at that top budget is its unconstrained
 run, whose peak is the heuristic's natural budget. Once those runs have ended, the executors'
 maintenance adds every strategy at each natural budget and marks the sweep ``planned``
-(:mod:`._planner`), so the heuristics run as jobs, never in the API's threads.
+(:mod:`._sweep_completion`), so the heuristics run as jobs, never in the API's threads.
 """
 
 from __future__ import annotations

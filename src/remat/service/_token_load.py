@@ -1,7 +1,7 @@
 """What a token holds against its caps: its queued or running jobs, and the slots its max-batch searches hold.
 
 A max-batch search solves one batch per strategy at a time, each an ordinary job the executors' maintenance
-submits once the previous batch has ended (:mod:`._batch_planner`). So that those later batches count against
+submits once the previous batch has ended (:mod:`._max_batch_steps`). So that those later batches count against
 the token's ``max_active_jobs_per_token`` like any job it starts, each strategy still searching *holds a slot*
 from admission until it ends: the slot is its batch's job while that job is queued or running, and a held
 slot between two batches. Admission counts both (:func:`token_load`), so a search never waits for room it was

@@ -35,17 +35,19 @@ __all__ = [
 ]
 
 DEFAULT_TIME_LIMIT_S = 60.0
-"""Seconds a solve may take when the request names no limit."""
+"""Seconds a solve may take when the request names no limit. (docs/tuning.md)"""
 
 DEFAULT_MIP_GAP = 1e-4
-"""Relative gap at which a MILP solve counts as proved optimal."""
+"""Relative gap at which a MILP solve counts as proved optimal. (docs/tuning.md)"""
 
 REPORT_EVERY_S = 0.5
-"""Least seconds between two progress reports of a new best found by a search (the first goes out at once)."""
+"""Least seconds between two progress reports of a new best found by a search (the first goes out at once).
+(docs/tuning.md)"""
 
 FLOOR_WINDOWS = 5
 """How many convergence windows the leanest plan's peak must have stopped falling for, while no plan
-fits, before a solve stops (10 s by default: a budget below every plan is answered then, not at 60 s)."""
+fits, before a solve stops (10 s by default: a budget below every plan is answered then, not at 60 s).
+(docs/tuning.md)"""
 
 
 def default_threads() -> int:
@@ -86,6 +88,7 @@ class Convergence:
     every plan the search can reach is answered once that floor stops falling, with the floor,
     rather than at the limit. Every entry point stops an anytime search (``Strategy.anytime``) by
     this rule unless told otherwise (``convergence=None``: run to the limit).
+    The defaults of ``window_s`` and ``tolerance``, and how they were set: docs/tuning.md.
 
     >>> rule = Convergence(window_s=2.0, tolerance=0.01)
     >>> rule.reached([(0.1, 100.0), (1.5, 99.5)], now=3.0)      # 0.5 % better since t = 1.0 s

@@ -43,7 +43,7 @@ from ._watch import watching
 __all__ = ["solve"]
 
 CONVERGENCE_POLL_S = 0.1
-"""Seconds between two looks at whether a solve with a convergence rule has converged."""
+"""Seconds between two looks at whether a solve with a convergence rule has converged. (docs/tuning.md)"""
 
 
 def solve(

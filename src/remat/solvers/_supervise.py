@@ -21,14 +21,14 @@ from ._context import StopReason
 __all__ = ["DEADLINE_SLACK_S", "GRACE_S", "SOLVE_GRACE_S", "StopThenKill"]
 
 GRACE_S = 1.5
-"""Seconds a child running an engine or a helper gets, once asked to stop, before it is killed."""
+"""Seconds a child running an engine or a helper gets, once asked to stop, before it is killed. (docs/tuning.md)"""
 
 DEADLINE_SLACK_S = 1.0
-"""Seconds past its own time limit after which an engine's process is asked to stop."""
+"""Seconds past its own time limit after which an engine's process is asked to stop. (docs/tuning.md)"""
 
 SOLVE_GRACE_S = 5.0
 """Seconds a whole solve gets, once asked to stop, to return its best plan before it is killed (the
-service's default ``cancel_grace_s``; it covers the solve's own :data:`GRACE_S`)."""
+service's default ``cancel_grace_s``; it covers the solve's own :data:`GRACE_S`). (docs/tuning.md)"""
 
 
 @dataclass

@@ -20,7 +20,7 @@ from ._strategy import StrategyKind
 __all__ = ["SWEEP_POINTS", "SweepPlan", "plan_sweep", "sweep_budgets", "sweep_strategies"]
 
 SWEEP_POINTS = 12
-"""Evenly spaced budgets in a default sweep (natural points come on top)."""
+"""Evenly spaced budgets in a default sweep (natural points come on top). (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)

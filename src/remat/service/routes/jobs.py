@@ -19,7 +19,7 @@ from .._schemas import JobList, JobPublic
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 EVENT_POLL_S = 0.5
-"""Seconds between two looks at a job whose events someone follows."""
+"""Seconds between two looks at a job whose events someone follows. (docs/tuning.md)"""
 
 
 @router.get("", operation_id="list_jobs", response_model=JobList, responses=PROBLEM_RESPONSES)

@@ -32,7 +32,7 @@ else:
 __all__ = ["solve"]
 
 OBJECTIVE_STEPS = 2**20
-"""Integer steps the largest objective coefficient is divided into."""
+"""Integer steps the largest objective coefficient is divided into. (docs/tuning.md)"""
 
 _INT_LIMIT = 2**53
 

@@ -35,6 +35,7 @@ PIP_LICENCE_LIMIT = 2000
 
 _SIZE_LIMIT_ERROR = 10010
 _BOUND_EVERY_S = 1.0
+"""Least seconds between two reports of the engine's bound. (docs/tuning.md)"""
 
 
 def licence_size_limit() -> int | None:

@@ -1,7 +1,7 @@
 """The ``highs`` backend: HiGHS through highspy (MIT), the best open-source engine for this MILP.
 
 HiGHS gets the model as arrays, scaled (MilpModel.scaled: on fcn8 at ratio 0.8 that halves its
-time to proof, 6 s of CPU against 12 to 14), the MIP start through ``setSolution``, incumbents
+time to proof; benchmarks/milp.py measures the backends), the MIP start through ``setSolution``, incumbents
 through its improving-solution callback and bound updates through its MIP logging callback; a stop
 request interrupts it from its interrupt callbacks, and it returns the incumbent it has.
 """

@@ -22,7 +22,7 @@ from .._watch import watching
 __all__ = ["BackendResult", "EngineStatus", "Limits", "ProgressCallback", "SolverProgress", "on_stop"]
 
 STOP_POLL_S = 0.05
-"""Seconds between two looks at a run's stop flag while an engine runs."""
+"""Seconds between two looks at a run's stop flag while an engine runs. (docs/tuning.md)"""
 
 
 class EngineStatus(StrEnum):

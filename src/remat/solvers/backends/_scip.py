@@ -31,6 +31,7 @@ else:
 __all__ = ["solve"]
 
 _BOUND_EVERY_S = 1.0
+"""Least seconds between two reports of the engine's bound. (docs/tuning.md)"""
 
 
 def solve(model: MilpModel, limits: Limits, on_progress: ProgressCallback) -> BackendResult:

@@ -14,7 +14,9 @@ __all__ = ["LARGEST_PLAN", "check_checkpoint_last", "checkpoint_all", "checkpoin
 
 LARGEST_PLAN = 2_000_000
 """Most computations a checkpoint-last plan may hold: its plan grows with the square of the graph (a
-1,635-node LSTM: 1.0 million, simulated in 1.5 s; a 7,956-node GPT: 15.6 million, 30 s and 150 MB of plan)."""
+1,635-node LSTM: 1.0 million; a 7,956-node GPT: 15.6 million, which take tens of seconds to make and simulate:
+benchmarks/README.md, "checkpoint-last on a large graph").
+(docs/tuning.md)"""
 
 
 def checkpoint_all(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:

@@ -45,9 +45,10 @@ SEGMENT_BUDGET_OPTION = Option.whole("pin the segment budget (bytes) instead of 
 
 EXACT_CANDIDATES = 64
 """With at most this many candidates every segment budget where the greedy choice changes is
-tried; with more, a geometric grid of :data:`GRID_POINTS` budgets is."""
+tried; with more, a geometric grid of :data:`GRID_POINTS` budgets is. (docs/tuning.md)"""
 
 GRID_POINTS = 160
+"""Segment budgets of the geometric grid tried beyond :data:`EXACT_CANDIDATES` candidates. (docs/tuning.md)"""
 
 
 def sqrtn_checkpoints(candidates: Sequence[int]) -> tuple[int, ...]:

@@ -21,10 +21,10 @@ from .._context import Outcome, SolveContext
 __all__ = ["EXHAUSTIVE_LIMIT", "TRIAL_LIMIT", "KnobValue", "search_knob"]
 
 EXHAUSTIVE_LIMIT = 24
-"""Up to this many distinct candidates are all tried; beyond it the search samples and zooms."""
+"""Up to this many distinct candidates are all tried; beyond it the search samples and zooms. (docs/tuning.md)"""
 
 TRIAL_LIMIT = 2 * EXHAUSTIVE_LIMIT
-"""No search tries more candidates than this."""
+"""No search tries more candidates than this. (docs/tuning.md)"""
 
 KnobValue = Any
 

@@ -43,7 +43,7 @@ from ..backends import Limits, MilpModel, get_backend
 __all__ = ["overloaded_stages", "retention_bound"]
 
 _SAFETY = 1e-6
-"""Relative margin taken off an engine's optimum or dual bound before it is reported as proved."""
+"""Relative margin taken off an engine's optimum or dual bound before it is reported as proved. (docs/tuning.md)"""
 
 
 def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral: bool = False,
@@ -58,7 +58,7 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
     Examples
     --------
     Not run as doctests: running HiGHS here would keep OR-Tools out of the test process
-    (tests/solvers/test_portfolio.py checks the bounds in a helper process instead).
+    (tests/solvers/test_anneal_path.py checks the bounds in a helper process instead).
 
     >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
     ...     {"id": "a", "deps": [], "cost": 1, "memory": 4},

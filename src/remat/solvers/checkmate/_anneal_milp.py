@@ -21,16 +21,17 @@ from ._milp import solve_milp
 __all__ = ["ANNEAL_MAX_S", "ANNEAL_SHARE", "MILP_NODES", "MOVES_PER_NODE", "anneal_then_milp"]
 
 MILP_NODES = 100
-"""Largest graph (in nodes) that checkmate hands to this path by default; larger ones go to ``anneal``."""
+"""Largest graph (in nodes) that checkmate hands to this path by default; larger ones go to ``anneal``.
+(docs/tuning.md)"""
 
 ANNEAL_SHARE = 0.2
-"""Share of the time left that the anneal may use before the MILP starts."""
+"""Share of the time left that the anneal may use before the MILP starts. (docs/tuning.md)"""
 
 ANNEAL_MAX_S = 10.0
-"""Most seconds the anneal may use."""
+"""Most seconds the anneal may use. (docs/tuning.md)"""
 
 MOVES_PER_NODE = 200
-"""Moves the anneal makes per node of the graph (it stops earlier when its time share runs out)."""
+"""Moves the anneal makes per node of the graph (it stops earlier when its time share runs out). (docs/tuning.md)"""
 
 
 def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmStart | None) -> Outcome:

@@ -45,10 +45,10 @@ __all__ = ["LP_COLUMNS", "LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP
            "WINDOW_SHARE", "main", "mip_worth_it", "run_tasks"]
 
 WINDOW_SHARE = 0.75
-"""Share of the time limit the proof may spend (the chains search for a plan meanwhile)."""
+"""Share of the time limit the proof may spend (the chains search for a plan meanwhile). (docs/tuning.md)"""
 
 LP_SHARE = 0.5
-"""Share of the time limit the bound may spend on its LPs (an LP not solved by then proves nothing)."""
+"""Share of the time limit the bound may spend on its LPs (an LP not solved by then proves nothing). (docs/tuning.md)"""
 
 LP_ROWS = (4, 16, 64, 256, None)
 """Memory rows of the successive LP bounds: the most overloaded stages, then all that can bind. Fewer
@@ -57,30 +57,32 @@ harder: the 12-block GPT at 0.5 gets 13.4 % from 4 or 16 stages and 8.6 % from a
 (random layered graphs): the rungs go on while they raise the bound. On the captured and random layered
 graphs at 0.9 to 0.5 of their peaks, the bound rises up to one rung and falls after it, never to
 rise again: the rungs after the first that falls, which can take longer than a whole converged solve
-(8 s on the 48-step LSTM, 13 s on the 12-block GPT), are not solved. The MIP bound keeps the rows of
-the rung that gave the best."""
+(the 48-step LSTM, the 12-block GPT: benchmarks/LOG.md, 2026-11-25 01:00 UTC), are not solved. The
+MIP bound keeps the rows of the rung that gave the best. (docs/tuning.md)"""
 
 LP_COLUMNS = 200_000
 """Largest relaxation (in columns) solved as an LP: on the 7,956-node GPT, 16 stages (127,000 columns)
-are solved and 64 (509,000, 400 MB for the helper) are not, which keeps the solve's processes under 1 GB."""
+are solved and 64 (509,000, 400 MB for the helper) are not, which keeps the solve's processes under 1 GB.
+(docs/tuning.md)"""
 
 MIP_SHARE = 0.25
-"""Share of the time limit the bound may spend as a MIP once its LP is solved."""
+"""Share of the time limit the bound may spend as a MIP once its LP is solved. (docs/tuning.md)"""
 
 MIP_COLUMNS = 300_000
-"""Largest relaxation (in columns) worth solving as a MIP."""
+"""Largest relaxation (in columns) worth solving as a MIP. (docs/tuning.md)"""
 
 MIP_WHEN_EXPLAINED = 0.7
 """The MIP runs only when the LP bound accounts for this share of the best plan's overhead (the
 MIP closes small gaps, as on layer graphs, not the large ones of random layered graphs, where the
-LP explains 15 to 55 %; mobilenet at 0.9, proved by the MIP in 2 s, is at 79 %)."""
+LP explains 15 to 55 %; mobilenet at 0.9, which the MIP proves optimal, is at 79 %). (docs/tuning.md)"""
 
 MIP_WITHIN = 0.01
 """The MIP also waits until the LP bound is within this fraction of the best plan's cost. The chain
 pauses for the MIP, which cannot close a gap of several points in the time a converged solve takes:
 the 48-step LSTM at 0.5 of its peak (LP 19.9 %, plans 21.5 to 22.5 %: 88 % explained, 2 % of the
-cost) kept its chain waiting for 15 s and gained nothing; the 6-level U-Net at 0.8 (0.3 %) and the
-LSTM at 0.8 (0.05 %) are proved optimal by it in 2.5 and 1.5 s."""
+cost) kept its chain waiting for most of a converged solve and gained nothing; the 6-level U-Net at 0.8
+(0.3 %) and the LSTM at 0.8 (0.05 %) are proved optimal by it within one (benchmarks/LOG.md, 2026-11-25
+01:00 UTC). (docs/tuning.md)"""
 
 Send = Callable[[tuple[Any, ...]], None]
 

@@ -40,13 +40,14 @@ from ._model import CheckmateModel, build_checkmate_model
 __all__ = ["DEFAULT_ROUNDS", "MAX_ROUNDS", "MAX_THRESHOLDS", "OPTIONS", "checkmate_lp", "rounding_candidates"]
 
 DEFAULT_ROUNDS = 64
-"""Randomized roundings tried by default."""
+"""Randomized roundings tried by default. (docs/tuning.md)"""
 
 MAX_THRESHOLDS = 64
-"""Most thresholds the deterministic sweep tries."""
+"""Most thresholds the deterministic sweep tries. (docs/tuning.md)"""
 
 BUDGET_FACTORS = (1.0, 0.9, 0.8, 0.7)
-"""Shares of the activation budget the LP is solved at, in turn, until a rounding fits the real budget."""
+"""Shares of the activation budget the LP is solved at, in turn, until a rounding fits the real budget.
+(docs/tuning.md)"""
 
 MAX_ROUNDS = 100_000
 """Most randomized roundings a request may ask for (each is simulated; the time limit stops them anyway)."""

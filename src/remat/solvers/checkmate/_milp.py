@@ -23,7 +23,7 @@ from ._model import CheckmateModel, Solution, build_checkmate_model
 __all__ = ["FINISH_S", "engine_limits", "run_checkmate_model", "run_model", "solve_milp"]
 
 FINISH_S = 1.0
-"""Seconds of the time limit kept back for starting the solver process and building the plan."""
+"""Seconds of the time limit kept back for starting the solver process and building the plan. (docs/tuning.md)"""
 
 
 def engine_limits(ctx: SolveContext) -> Limits:

@@ -20,7 +20,7 @@ from ._offload_model import build_offload_model
 __all__ = ["ROUNDS", "solve_offload_milp"]
 
 ROUNDS = 4
-"""Most solves of the model, each with the budget lowered by the previous answer's simulated excess."""
+"""Most solves of the model, each with the budget lowered by the previous answer's simulated excess. (docs/tuning.md)"""
 
 
 def solve_offload_milp(graph: Graph, budget: int, transfer: Transfer, ctx: SolveContext,

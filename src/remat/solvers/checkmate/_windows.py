@@ -4,10 +4,10 @@ The MILP over a window of stages (:func:`build_checkmate_model` with ``stages``)
 so when it has no solution no schedule fits. A few stages suffice where the budget is close to the
 memory floor: computing the node with the largest compute footprint leaves almost no room, so its
 inputs must reach its stage with little else resident, and the stages around it cannot arrange that.
-On rl250 at budget ratio 0.6 (floor 0.597) stages 247 and 248 show it in about 8 s on one thread,
-where neither the full MILP nor any heuristic answers. Windows are tried around the nodes whose
-footprint is close to the budget, narrow ones first (wider ones prove more but take longer: stages
-247 to 249 take 20 to 40 s).
+On rl250 at budget ratio 0.6 (floor 0.597) stages 247 and 248 show it on one thread, where neither
+the full MILP nor any heuristic answers (benchmarks/LOG.md, 2026-11-22 08:30 UTC). Windows are tried
+around the nodes whose footprint is close to the budget, narrow ones first (wider ones prove more but
+take longer: stages 247 to 249 take several times as long).
 
 Needs highspy, so it runs in a process without OR-Tools (a helper of the anneal path).
 """
@@ -28,13 +28,13 @@ __all__ = ["CENTRES", "NEAR_FLOOR", "WIDTHS", "prove_infeasible"]
 
 NEAR_FLOOR = 1.1
 """A node is a window centre when the budget is at most this multiple of its compute footprint
-(fixed memory included); further above it, a few stages always have room."""
+(fixed memory included); further above it, a few stages always have room. (docs/tuning.md)"""
 
 CENTRES = 3
-"""Most window centres, the largest footprints first."""
+"""Most window centres, the largest footprints first. (docs/tuning.md)"""
 
 WIDTHS = (2, 3, 5, 9)
-"""Window sizes tried, in stages, around each centre."""
+"""Window sizes tried, in stages, around each centre. (docs/tuning.md)"""
 
 
 def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | None:

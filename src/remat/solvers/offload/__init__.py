@@ -10,10 +10,10 @@ transfers to any plan without them, at the gaps :func:`idle_intervals` finds.
 """
 
 from ._all import offload_all, offload_all_plan
+from ._checkmate_offload import JOINT_MILP_NODES, LADDER_RUNGS, checkmate_offload, checkmate_or_offload
+from ._checkmate_offload import OPTIONS as JOINT_OPTIONS
 from ._insert import Computes, IdleInterval, idle_intervals, insert_transfers
 from ._instead import offload_instead_of_recomputing
-from ._joint import JOINT_MILP_NODES, LADDER_RUNGS, checkmate_offload, checkmate_or_offload
-from ._joint import OPTIONS as JOINT_OPTIONS
 from ._squeeze import offload_to_fit
 from ._table import OFFLOAD_BASELINES
 from ._window import WINDOW, WindowPlanner, offload_window

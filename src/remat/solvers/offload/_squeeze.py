@@ -25,7 +25,8 @@ from ._insert import Computes, IdleInterval, idle_intervals, insert_transfers
 __all__ = ["REFINE_TRIALS", "offload_to_fit"]
 
 REFINE_TRIALS = 200
-"""Most simulations spent improving a plan that fits (when some copy shows): undoing moves, then moving reloads."""
+"""Most simulations spent improving a plan that fits (when some copy shows): undoing moves, then moving reloads.
+(docs/tuning.md)"""
 
 
 def offload_to_fit(graph: Graph, plan: Plan, budget: int, transfer: Transfer, *, host_budget: int | None = None,

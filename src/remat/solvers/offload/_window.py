@@ -56,7 +56,7 @@ WINDOW_OPTION = Option.whole("pin the window (bytes a reload looks ahead by) ins
                              most=MAX_TOTAL_BYTES)
 
 GRID_POINTS = 40
-"""Window values tried besides 0: a geometric grid from the smallest value to the whole sequence."""
+"""Window values tried besides 0: a geometric grid from the smallest value to the whole sequence. (docs/tuning.md)"""
 
 
 class WindowPlanner:

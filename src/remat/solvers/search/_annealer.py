@@ -40,57 +40,60 @@ from ._timeline import Timeline
 __all__ = ["Annealer", "anneal", "timeline_from_schedule"]
 
 RECURSE = 0.3
-"""Probability that a relief recomputes (rather than keeps alive) a dep that is not resident."""
+"""Probability that a relief recomputes (rather than keeps alive) a dep that is not resident. (docs/tuning.md)"""
 
 MAX_RELIEF = 3
-"""Most computations one relief adds."""
+"""Most computations one relief adds. (docs/tuning.md)"""
 
 MAX_CLOSURE = 64
 """Most computations a *closing* relief adds: one that recomputes every dep that is not resident,
 as checkpointing a chain needs (a segment recomputed from its last checkpoint). Which kind of
-relief to make: see :data:`CLOSING_WHEN_OVER` and :data:`CLOSING_WHEN_STUCK`."""
+relief to make: see :data:`CLOSING_WHEN_OVER` and :data:`CLOSING_WHEN_STUCK`. (docs/tuning.md)"""
 
 CLOSING_WHEN_OVER = 0.02
-"""Share of closing reliefs while the state is over budget (none while it fits: they cost much)."""
+"""Share of closing reliefs while the state is over budget (none while it fits: they cost much). (docs/tuning.md)"""
 
 CLOSING_WHEN_STUCK = 0.5
-"""Share of closing reliefs while nothing that fits has been found, or the greedy descent is stuck."""
+"""Share of closing reliefs while nothing that fits has been found, or the greedy descent is stuck. (docs/tuning.md)"""
 
 P_DROP = 0.45
-"""Share of moves that drop an extra computation (the rest are reliefs)."""
+"""Share of moves that drop an extra computation (the rest are reliefs). (docs/tuning.md)"""
 
 CANDIDATES = 12
-"""Reliefs compared at each step of the greedy descent."""
+"""Reliefs compared at each step of the greedy descent. (docs/tuning.md)"""
 
 DESCENT_PATIENCE = 20
-"""Rounds without progress after which the greedy descent hands over to the annealing."""
+"""Rounds without progress after which the greedy descent hands over to the annealing. (docs/tuning.md)"""
 
 STUCK_ROUNDS = 3
-"""Rounds without progress after which the greedy descent also tries closing reliefs."""
+"""Rounds without progress after which the greedy descent also tries closing reliefs. (docs/tuning.md)"""
 
 COOLING = 1e-3
-"""Final temperature of a cycle as a fraction of the initial one."""
+"""Final temperature of a cycle as a fraction of the initial one. (docs/tuning.md)"""
 
 FIRST_CYCLE_S = 8.0
 """Seconds of the first cooling cycle; each next one lasts twice as long, and the last takes all
-that is left once the one after it would not fit (60 s: 8, 16 and 36 s). A chain cooled over 60 s
-is still hot after 6 s, where a solve stopped by its convergence rule used to end (the 12-block GPT
-at 0.5 of its peak: 14.9 %); one cooled over 8 s has most of its gain after 3 s (14.0 %, what 60 s
-reached). Cycles of 1 or 2 s are too short to anneal (the 48-step LSTM at 0.5: 23 to 29 % after
-3 s, against 22 %)."""
+that is left once the one after it would not fit (60 s: 8, 16 and 36 s). A chain cooled over the
+whole limit is still hot where a solve stopped by its convergence rule ends; one cooled over a first
+cycle this long has most of its gain early, about what the whole limit reaches, and much shorter
+cycles are too short to anneal (the 12-block GPT and the 48-step LSTM at 0.5 of their peaks:
+benchmarks/LOG.md, 2026-11-24 21:00 UTC). (docs/tuning.md)"""
 
 WEIGHT_UP = 1.05
-"""Factor on the memory penalty's weight after :data:`WEIGHT_UP_AFTER` moves in a row over budget."""
+"""Factor on the memory penalty's weight after :data:`WEIGHT_UP_AFTER` moves in a row over budget. (docs/tuning.md)"""
 
 WEIGHT_UP_AFTER = 200
+"""Moves in a row over budget after which the memory penalty's weight rises (:data:`WEIGHT_UP`). (docs/tuning.md)"""
 
 WEIGHT_DOWN = 1.01
-"""Divisor of the memory penalty's weight every :data:`WEIGHT_DOWN_EVERY` moves while the state fits."""
+"""Divisor of the memory penalty's weight every :data:`WEIGHT_DOWN_EVERY` moves while the state fits.
+(docs/tuning.md)"""
 
 WEIGHT_DOWN_EVERY = 50
+"""Moves while the state fits after which the memory penalty's weight falls (:data:`WEIGHT_DOWN`). (docs/tuning.md)"""
 
 _CHECK_EVERY = 128
-"""Moves between looks at the clock and the stop flag."""
+"""Moves between looks at the clock and the stop flag. (docs/tuning.md)"""
 
 
 def timeline_from_schedule(graph: Graph, schedule: Schedule) -> Timeline:
@@ -437,9 +440,9 @@ class Annealer:
 
         Pressed against the target alone, the search minimizes the summed excess of every stage over
         it, and can settle far above the lowest peak it could reach; a limit just under the peak
-        gathers the search on the few stages that make it (rl500 at 0.6 of its peak, one chain for
-        12 s, eight seeds: leanest peaks of 0.616 to 0.778 of checkpoint-all's against the target
-        alone, 0.627 to 0.704 pressed under the peak).
+        gathers the search on the few stages that make it (rl500 at 0.6 of its peak, one chain, eight
+        seeds: the leanest peaks reached are lower pressed under the peak than against the target
+        alone; benchmarks/LOG.md, 2026-11-24 23:00 UTC).
         """
         peak = int(self.tl.peaks.max())
         self.limit = max(self.target, peak - max((peak - self.target) // 10, 1))

@@ -65,40 +65,43 @@ from ._transfer import required_transfer
 __all__ = ["JOINT_MILP_NODES", "LADDER_RUNGS", "OPTIONS", "checkmate_offload", "checkmate_or_offload"]
 
 JOINT_MILP_NODES = 40
-"""Largest graph (in nodes) on which the joint MILP runs; larger ones rely on the ladder."""
+"""Largest graph (in nodes) on which the joint MILP runs; larger ones rely on the ladder. (docs/tuning.md)"""
 
 LADDER_RUNGS = 4
-"""Budgets between the requested one and checkpoint-all's peak whose remat-only plans are moved down to it."""
+"""Budgets between the requested one and checkpoint-all's peak whose remat-only plans are moved down to it.
+(docs/tuning.md)"""
 
 LADDER_SHARE = 0.6
-"""Share of the time limit for the ladder, its anneals and its moves to the host together (step 2)."""
+"""Share of the time limit for the ladder, its anneals and its moves to the host together (step 2). (docs/tuning.md)"""
 
 AT_BUDGET_SHARE = 2 / 3
-"""Share of the ladder's time for the anneal at the budget itself (0.4 of the time limit)."""
+"""Share of the ladder's time for the anneal at the budget itself (0.4 of the time limit). (docs/tuning.md)"""
 
 INSTEAD_SHARE = 0.25
 """Share of the time limit for step 3b: copies instead of step 3's recomputations (remat only gets the rest on
-graphs too large for the joint MILP)."""
+graphs too large for the joint MILP). (docs/tuning.md)"""
 
 REMAT_SHARE = 0.5
-"""Share of the time limit for remat only at the budget (step 3) when the joint MILP runs after it."""
+"""Share of the time limit for remat only at the budget (step 3) when the joint MILP runs after it. (docs/tuning.md)"""
 
 RUNG_SHARE = 0.8
-"""Share of a rung's time for its anneal; the rest is kept for moving its plan down to the budget."""
+"""Share of a rung's time for its anneal; the rest is kept for moving its plan down to the budget. (docs/tuning.md)"""
 
 MOVES_PER_NODE = 10
-"""Moves per node of the anneal at each rung of the ladder: on gpt-12 (678 nodes) 0.3 to 0.9 s, about as
-good as checkmate's anneal path in 3 s."""
+"""Moves per node of the anneal at each rung of the ladder: on gpt-12 (678 nodes) a fraction of the time
+checkmate's anneal path takes to a plan about as good. (docs/tuning.md)"""
 
 MOVES_AT_BUDGET = 50
 """Moves per node of the anneal at the budget itself, the first remat-only plan: on gpt-12 at 0.35 of its
-peak, 1.28 times the base cost in 4 s (1.30 with 10 moves per node)."""
+peak, 1.28 times the base cost (1.30 with 10 moves per node). (docs/tuning.md)"""
 
 LADDER_NICENESS = 10
-"""The nice value of the thread of steps 1 and 2: it yields most of a contended core to step 3's processes."""
+"""The nice value of the thread of steps 1 and 2: it yields most of a contended core to step 3's processes.
+(docs/tuning.md)"""
 
 STOP_POLL_S = 0.1
-"""Seconds between two looks at whether remat only can stop: the solve was stopped, or a plan proved optimal."""
+"""Seconds between two looks at whether remat only can stop: the solve was stopped, or a plan proved optimal.
+(docs/tuning.md)"""
 
 OPTIONS: Mapping[str, Option] = {
     name: option.with_summary(f"{option.summary} (for its plans without transfers)")
@@ -150,8 +153,9 @@ def checkmate_offload(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 def _yield_cpu() -> None:
     """Lower the calling thread's CPU priority (Linux keeps a nice value per thread), so that remat only's
-    solver processes run first where they compete for cores: on two cores the ladder's thread took a
-    share of their time and remat only beside it returned plans up to 0.7 % dearer than on its own."""
+    solver processes run first where they compete for cores: there the ladder's thread took a share of
+    their time and remat only beside it returned dearer plans than on its own (benchmarks/LOG.md,
+    2026-11-24 12:49 UTC)."""
     with suppress(AttributeError, OSError):  # no setpriority (Windows), or not allowed
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LADDER_NICENESS)
 

@@ -1,4 +1,4 @@
-"""The planner of max-batch searches (see :mod:`._max_batches`): each strategy's next batch, as a job.
+"""The steps of max-batch searches (see :mod:`._max_batches`): each strategy's next batch, as a job.
 
 The executors' maintenance (every API replica, every worker) calls :func:`advance_max_batches` on
 each pass, and a runner calls it again as soon as one of its jobs has ended, so a search moves on
