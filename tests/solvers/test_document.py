@@ -58,7 +58,7 @@ def test_a_result_without_a_plan_round_trips():
 
 
 def test_a_result_with_transfer_and_host_budget_round_trips():
-    doc = offload_result(chain(6), Transfer(bandwidth=40, latency=0.5), host_budget=1)
+    doc = offload_result(chain(6), Transfer(bandwidth=40, latency=0.5), host_budget=1).to_json()
     parsed = ResultDocument.from_json(doc)
     assert parsed.transfer == Transfer(bandwidth=40, latency=0.5) and parsed.host_budget == 1
     assert parsed.status is ResultStatus.OVER_BUDGET and parsed.host_peak_memory > 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -114,6 +114,10 @@ class ResultDocument:
         values["transfer"] = _transfer(doc["transfer"])
         values["log"] = tuple(doc.get("log", ()))
         return cls(**{"schedule": None, "plan": None, **values})
+
+    def summary(self) -> ResultDocument:
+        """This result less ``RESULT_BULK`` (schedule and plan None, no log): what lists and charts need."""
+        return replace(self, schedule=None, plan=None, log=())
 
     def to_json(self, *, summary: bool = False) -> dict[str, Any]:
         """The remat.result/v1 dict, keys in the documented order; with ``summary``, less ``RESULT_BULK``."""
