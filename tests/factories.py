@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
 from remat.schedules import Graph, Plan, Transfer, checkpoint_all_plan, simulate
+
+if TYPE_CHECKING:
+    from remat.solvers import ResultDocument
 
 BENCHMARK_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "graphs"
 BENCHMARK_NAMES = sorted(p.stem for p in BENCHMARK_DIR.glob("*.json"))
@@ -139,7 +142,7 @@ def offloading_plan(graph: Graph) -> Plan:
 
 
 def offload_result(graph: Graph, transfer: Transfer, *, strategy: str = "offload-test", budget: int | None = None,
-                   host_budget: int | None = None) -> dict[str, Any]:
+                   host_budget: int | None = None) -> ResultDocument:
     """The remat.result/v1 of :func:`offloading_plan`, simulated with ``transfer`` as solve() would report it."""
     from remat.solvers import Result, ResultStatus
 
@@ -149,7 +152,7 @@ def offload_result(graph: Graph, transfer: Transfer, *, strategy: str = "offload
                     simulation=sim, lower_bound=graph.base_cost, transfer=transfer, host_budget=host_budget)
     if not result.fits:
         result.status = ResultStatus.OVER_BUDGET
-    return result.to_json()
+    return result.document()
 
 
 def store_offload_job(data_dir: Path, graph: Graph, transfer: Transfer, *, budget: int | None = None) -> str:
@@ -161,7 +164,7 @@ def store_offload_job(data_dir: Path, graph: Graph, transfer: Transfer, *, budge
     store = SqliteStore(data_dir / "jobs.sqlite3")
     try:
         store.put_graph(graph.sha256, graph.to_json())
-        spec = SolveSpec(graph.sha256, result["budget"], result["strategy"], transfer=transfer.to_json())
+        spec = SolveSpec(graph.sha256, result.budget, result.strategy, transfer=transfer.to_json())
         job, _ = store.submit(spec, graph_name=graph.name, token=None)
         running = store.mark_running(job.id, "test:1:a")
         assert running is not None
@@ -169,3 +172,17 @@ def store_offload_job(data_dir: Path, graph: Graph, transfer: Transfer, *, budge
     finally:
         store.close()
     return job.id
+
+
+def result_document(**fields: Any) -> ResultDocument:
+    """A remat.result/v1 with made-up numbers (a feasible plan of a small graph), ``fields`` replacing them."""
+    from remat.solvers import ResultDocument, ResultStatus
+
+    status = fields.pop("status", ResultStatus.FEASIBLE)
+    values: dict[str, Any] = {
+        "graph_name": "g", "graph_sha256": "0" * 64, "strategy": "checkpoint-all", "backend": None,
+        "status": ResultStatus(status), "budget": 100, "peak_memory": 80, "cost": 12.0, "base_cost": 10.0,
+        "overhead": 1.2, "lower_bound": None, "gap": None, "host_peak_memory": 0, "host_budget": None,
+        "transfer": None, "min_feasible_budget": 20, "smallest_peak": None, "checkpoint_all_peak": 80,
+        "solve_time_s": 0.5, "schedule": None, "plan": [], "fallback": None, "log": (), **fields}
+    return ResultDocument(**values)

@@ -98,5 +98,5 @@ def test_in_process_every_point_is_solved_with_the_copy_times(capsys: pytest.Cap
     transfer = Transfer(bandwidth=1e6)
     view = compare_here(graph, strategies=["checkpoint-all", "chen-sqrtn"], budgets=[graph.checkpoint_all_peak],
                         transfer=transfer, host_budget=2**30, report=lambda line: None)
-    assert [(c.strategy, c.result["transfer"], c.result["host_budget"]) for c in view.cells] == [
-        ("checkpoint-all", transfer.to_json(), 2**30), ("chen-sqrtn", transfer.to_json(), 2**30)]
+    assert [(c.strategy, c.result.transfer, c.result.host_budget) for c in view.cells] == [
+        ("checkpoint-all", transfer, 2**30), ("chen-sqrtn", transfer, 2**30)]

@@ -31,9 +31,9 @@ def test_solve_submit_wait_and_events(server_url: str):
     graph = chain(25)
     with Client(server_url) as client:
         result = client.solve(graph, budget_ratio=0.5, strategy="checkpoint-last")
-        assert result["status"] == "feasible" and result["graph_sha256"] == graph.sha256
+        assert result.status == "feasible" and result.graph_sha256 == graph.sha256
         job = client.submit(graph.to_json(), budget_ratio=0.5, strategy="checkpoint-last")
-        assert job["status"] == "succeeded" and job["result"] == result  # reused, not solved again
+        assert job["status"] == "succeeded" and job["result"] == result.to_json()  # reused, not solved again
         fresh = client.submit(graph, budget_ratio=0.7, strategy="checkpoint-last")
         events = list(client.events(fresh["id"]))
         assert events[-1]["event"] == "end" and events[-1]["data"]["status"] == "succeeded"
@@ -46,7 +46,7 @@ def test_a_solve_carries_the_strategys_options(server_url: str):
         job = client.submit(graph, budget_ratio=0.5, strategy="griewank", options={"snapshots": 2})
         assert client.wait(job["id"], timeout_s=60)["options"] == {"snapshots": 2}
         result = client.solve(graph, budget_ratio=0.5, strategy="griewank", options={"snapshots": 2})
-        assert result == client.job(job["id"])["result"]
+        assert result.to_json() == client.job(job["id"])["result"]
         with pytest.raises(ServiceError, match="'snapshot'") as refused:
             client.solve(graph, budget_ratio=0.5, strategy="griewank", options={"snapshot": 2})
         assert refused.value.status == 422
@@ -92,7 +92,7 @@ def test_a_refusal_for_lack_of_room_is_tried_again_after_its_retry_after(tmp_pat
             threading.Timer(2.0, impatient.cancel, args=(busy["id"],)).start()
             started = time.monotonic()
             result = patient.solve(chain(5), budget_ratio=1.0, strategy="checkpoint-all")
-            assert result["status"] == "feasible" and time.monotonic() - started >= 1.5
+            assert result.status == "feasible" and time.monotonic() - started >= 1.5
     finally:
         procs.stop_all()
 
@@ -103,7 +103,7 @@ def test_copy_times_and_host_budgets_reach_the_server_from_the_client_and_the_cl
     transfer = Transfer(bandwidth=2.0, latency=0.25)
     with Client(server_url) as client:
         result = client.solve(graph, budget_ratio=1.0, strategy="checkpoint-all", transfer=transfer, host_budget=8)
-        assert result["transfer"] == transfer.to_json() and result["host_budget"] == 8
+        assert result.transfer == transfer and result.host_budget == 8
         profile = {"profile": "pcie4-x16", "seconds_per_cost_unit": 1.0}
         job = client.wait(client.submit(graph, budget_ratio=1.0, strategy="checkpoint-all", transfer=profile)["id"])
         assert job["transfer"] == Transfer.from_profile("pcie4-x16", seconds_per_cost_unit=1.0).to_json()
@@ -121,7 +121,7 @@ def test_copy_times_and_host_budgets_reach_the_server_from_the_client_and_the_cl
     assert main(["solve", str(path), "--budget-ratio", "1", "--strategy", "checkpoint-all", "--server", server_url,
                  "--bandwidth", "2", "--latency", "0.25", "--host-budget", "8", "-o", str(out)]) == 0
     assert "host peak 0 B / host budget 8 B" in capsys.readouterr().out
-    assert json.loads(out.read_text()) == result, "the same request: the same job, its result reused"
+    assert json.loads(out.read_text()) == result.to_json(), "the same request: the same job, its result reused"
 
 
 def test_the_convergence_rule_reaches_the_server_from_the_client_and_the_cli(

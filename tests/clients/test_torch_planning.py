@@ -9,11 +9,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from factories import chain  # noqa: E402
+from factories import chain, result_document  # noqa: E402
 
 from remat.clients.torch import PlanRejected, check_result  # noqa: E402
 from remat.clients.torch._planning import Planner  # noqa: E402
 from remat.schedules import InvalidRequest, Transfer  # noqa: E402
+from remat.solvers import ResultDocument  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -32,9 +33,9 @@ class _Client:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def solve(self, graph: Any, **request: Any) -> dict[str, Any]:
+    def solve(self, graph: Any, **request: Any) -> ResultDocument:
         _Client.asked = request
-        return {"status": "feasible"}
+        return result_document()
 
 
 def test_strategy_options_go_to_the_service(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,7 +72,7 @@ def test_plan_statistics_agree_with_the_simulator_and_the_layout():
 def test_job_figures_draw_memory_against_the_budget_and_both_matrices():
     graph = chain(6, memory=10)
     result = solve(graph, budget=50, strategy="checkpoint-last")
-    figures, stats = job_figures(graph, result.to_json())
+    figures, stats = job_figures(graph, result.document())
     assert set(figures) == {"memory", "recompute", "R", "S"}
     memory, budget, peak = figures["memory"]["data"][:3]
     assert memory["y"] == simulate(graph, result.plan).timeline.tolist()
@@ -87,7 +87,7 @@ def test_job_figures_draw_memory_against_the_budget_and_both_matrices():
 
 def test_big_schedules_are_downsampled_on_the_server():
     graph = benchmark_graph("rl1000")
-    result = solve(graph, budget_ratio=0.8, strategy="checkpoint-all").to_json()
+    result = solve(graph, budget_ratio=0.8, strategy="checkpoint-all").document()
     figures, _ = job_figures(graph, result)
     z = figures["R"]["data"][0]["z"]
     assert len(graph) > 400 and len(z) <= 400 and len(z[0]) <= 400

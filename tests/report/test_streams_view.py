@@ -32,13 +32,13 @@ def test_lanes_and_memory_over_time_are_the_simulators():
         assert lane["base"] == [s.start for s in spans]
         assert lane["x"] == [s.end - s.start for s in spans]
     assert lanes[1]["text"][0] == f"offload f0 (1.00 MiB): {spans_of(sim, 'offload')[0]}"
-    assert figures["streams"]["layout"]["xaxis"]["range"] == [0, sim.cost] == [0, result["cost"]]
+    assert figures["streams"]["layout"]["xaxis"]["range"] == [0, sim.cost] == [0, result.cost]
     memory, budget, peak = figures["memory"]["data"][:3]
     assert memory["x"] == [t for t, _ in sim.timing.memory] and memory["y"] == [m / 2**20 for _, m in sim.timing.memory]
-    assert budget["y"] == [result["budget"] / 2**20] * 2 and peak["y"] == [sim.peak_memory / 2**20]
+    assert budget["y"] == [result.budget / 2**20] * 2 and peak["y"] == [sim.peak_memory / 2**20]
     assert (stats.offloads, stats.reloads, stats.host_peak_memory) == (7, 7, 7 * 2**20) and stats.timed
-    assert stats.arena_size >= stats.activation_peak == result["peak_memory"] - graph.fixed_memory
-    assert stats.peak_memory == result["peak_memory"]
+    assert stats.arena_size >= stats.activation_peak == result.peak_memory - graph.fixed_memory
+    assert stats.peak_memory == result.peak_memory
     assert stats.peak_time == sim.timing.spans[sim.peak_step].start
 
 
@@ -48,7 +48,7 @@ def spans_of(sim, op: str) -> list[str]:
 
 def test_a_plan_without_transfers_is_drawn_over_its_steps_even_with_a_transfer():
     graph = chain(6, memory=10)
-    result = solve(graph, budget=50, strategy="checkpoint-last", transfer=SLOW).to_json()
+    result = solve(graph, budget=50, strategy="checkpoint-last", transfer=SLOW).document()
     figures, stats = job_figures(graph, result)
     assert set(figures) == {"memory", "recompute", "R", "S"} and not stats.timed and stats.arena_size is not None
 
@@ -76,5 +76,5 @@ def test_a_10000_node_plan_with_transfers_is_drawn_in_well_under_a_megabyte():
     lanes = figures["streams"]["data"]
     assert all(len(lane["x"]) <= MAX_LANE_BARS + 1 for lane in lanes)
     assert sum(int(n) for lane in lanes for n in [lane["name"].split("(")[1].rstrip(")")]) == 10001 + 2 * 4999
-    assert max(lane["base"][-1] + lane["x"][-1] for lane in lanes) == result["cost"], "the last bar ends the plan"
+    assert max(lane["base"][-1] + lane["x"][-1] for lane in lanes) == result.cost, "the last bar ends the plan"
     assert len(json.dumps(figures)) < 2**20

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import math
 
-from factories import benchmark_graph
+from factories import benchmark_graph, result_document
 from hypothesis import given
 from hypothesis import strategies as st
 
 from remat.report import SweepCell, SweepView, step_curve, strategy_color, sweep_figure, sweep_table
-from remat.solvers import solve
+from remat.solvers import ResultDocument, solve
 
 GiB = 2**30
 
 
 def result(strategy: str, budget: int, peak: int | None, overhead: float | None, status: str = "feasible",
-           **extra: object) -> dict:
-    return {"strategy": strategy, "budget": budget, "peak_memory": peak, "overhead": overhead, "status": status,
-            "cost": None if overhead is None else overhead * 10, "solve_time_s": 0.5, "fallback": None, **extra}
+           **extra: object) -> ResultDocument:
+    return result_document(strategy=strategy, budget=budget, peak_memory=peak, overhead=overhead, status=status,
+                           cost=None if overhead is None else overhead * 10, **extra)
 
 
 def view(cells: list[SweepCell], **kw: object) -> SweepView:
@@ -112,7 +112,7 @@ def test_counts_follow_the_jobs():
 def test_real_results_of_a_paper_graph():
     graph = benchmark_graph("vgg16")
     budgets = [graph.min_feasible_budget, graph.checkpoint_all_peak]
-    cells = [SweepCell(s, b, "succeeded", solve(graph, budget=b, strategy=s).to_json())
+    cells = [SweepCell(s, b, "succeeded", solve(graph, budget=b, strategy=s).document())
              for s in ("checkpoint-all", "chen-sqrtn") for b in budgets]
     v = SweepView("vgg16", graph.min_feasible_budget, graph.checkpoint_all_peak, ("checkpoint-all", "chen-sqrtn"),
                   tuple(budgets), tuple(cells))

@@ -31,7 +31,7 @@ def test_jobs_run_on_workers_and_every_replica_sees_them(processes: Processes, s
     workers = [processes.worker(), processes.worker()]
     with Client(first.url) as a, Client(second.url) as b:
         result = a.solve(chain(30), budget_ratio=0.5, strategy="chen-greedy")
-        assert result["status"] == "feasible" and result["peak_memory"] <= result["budget"]
+        assert result.status == "feasible" and result.peak_memory is not None and result.peak_memory <= result.budget
         jobs = [a.submit(chain(n), budget_ratio=0.5, strategy="checkpoint-last") for n in range(10, 30)]
         final = [b.wait(j["id"], timeout_s=60) for j in jobs]
     assert {j["status"] for j in final} == {"succeeded"}

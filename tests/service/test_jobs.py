@@ -7,6 +7,8 @@ import json
 import os
 from dataclasses import replace
 
+from factories import result_document
+
 from remat.schedules import Transfer
 from remat.service import Claim, JobStatus, SolveSpec, reusable
 from remat.service import _jobs as jobs
@@ -39,7 +41,7 @@ def _finished(result_status: str, strategy: str = "checkpoint-all") -> jobs.Job:
     job = jobs.claim(jobs.new_job(replace(SPEC, strategy=strategy), graph_name="g", token=None, now=1.0),
                      owner="o", now=2.0, lease_s=10)
     assert job is not None
-    done = jobs.finish(job, Claim(job.id, "o", 1), now=3.0, result={"status": result_status, "log": []})
+    done = jobs.finish(job, Claim(job.id, "o", 1), now=3.0, result=result_document(status=result_status))
     assert done is not None
     return done
 
@@ -60,7 +62,7 @@ def test_a_runner_that_lost_its_claim_can_no_longer_change_the_job():
     assert jobs.claim(running, owner="p", now=2.0, lease_s=10) is None
     stale = Claim(SPEC.key, "o", 0)
     assert jobs.renew(running, stale, now=3.0, lease_s=10) is None
-    assert jobs.finish(running, stale, now=3.0, result={"status": "feasible"}) is None
+    assert jobs.finish(running, stale, now=3.0, result=result_document()) is None
     assert jobs.renew(running, Claim(SPEC.key, "o", 1), now=3.0, lease_s=10).lease_until == 13.0
 
 

@@ -4,6 +4,7 @@ size (35 MB read: 15 MB added; it was 476 MB, thirteen times the answer, when th
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -25,18 +26,18 @@ POINTS = 60
 def _large_sweep(data_dir: Path) -> str:
     """A sweep of ALICE's with POINTS ended jobs on a 4,001-node chain, written straight into the store."""
     graph = chain(2000)
-    result = solve(graph, budget_ratio=0.5, strategy="chen-sqrtn").to_json()
+    result = solve(graph, budget_ratio=0.5, strategy="chen-sqrtn").document()
     data_dir.mkdir(parents=True, exist_ok=True)
     store = SqliteStore(data_dir / STORE_FILE)
     try:
         store.put_graph(graph.sha256, graph.to_json())
         jobs = []
         for k in range(POINTS):
-            spec = SolveSpec(graph.sha256, result["budget"] + k, "chen-sqrtn", "auto", 60.0, 0.0)
+            spec = SolveSpec(graph.sha256, result.budget + k, "chen-sqrtn", "auto", 60.0, 0.0)
             job, _ = store.submit(spec, graph_name=graph.name, token=token_id(ALICE))
             claimed = store.mark_running(job.id, "host:1:a")
             assert claimed is not None
-            store.mark_finished(Claim(job.id, "host:1:a", claimed.attempts), {**result, "budget": spec.budget})
+            store.mark_finished(Claim(job.id, "host:1:a", claimed.attempts), replace(result, budget=spec.budget))
             jobs.append(job)
         sweep = new_sweep(jobs, graph_name=graph.name, token=token_id(ALICE), now=store.clock(), planned=True)
         store.put_sweep(sweep)

@@ -55,7 +55,7 @@ def run_queued(store: JobStore, *, fail: Callable[[Job], bool] = lambda job: Fal
             store.mark_failed(by, "the solver process ended without a result (exit code 1)")
         else:
             graph = Graph.from_json(store.get_graph(job.spec.graph_sha256))
-            store.mark_finished(by, solve(graph, budget=job.spec.budget, strategy=job.spec.strategy).to_json())
+            store.mark_finished(by, solve(graph, budget=job.spec.budget, strategy=job.spec.strategy).document())
         ran += 1
     return ran
 
@@ -80,7 +80,8 @@ def test_the_planner_tries_the_batches_max_batch_tries(store: JobStore):
         assert [(t.batch, t.ok) for t in s.trials] == [(t.batch, t.ok) for t in here.trials]
         assert [t.max_overhead for t in s.trials] == pytest.approx([t.max_overhead for t in here.trials])
         best = store.get(s.best.job_id)   # the plan of the answer is an ordinary job's result
-        assert best.result["peak_memory"] <= BUDGET and best.spec.graph_sha256 == batched.at(s.batch).sha256
+        assert best.result is not None and best.result.peak_memory is not None
+        assert best.result.peak_memory <= BUDGET and best.spec.graph_sha256 == batched.at(s.batch).sha256
     assert search.bounds is not None and search.finished_at is not None
     assert store.active_max_batches() == [] and [s.id for s in store.list_max_batches("t")] == [search.id]
 

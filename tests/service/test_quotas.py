@@ -8,16 +8,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from factories import chain
+from factories import chain, result_document
 from fastapi.testclient import TestClient
 
 from remat.service import Claim, JobStore, Settings, SolveSpec, create_app
 from remat.service._store import Retention, Usage
+from remat.solvers import ResultDocument
 
 QUOTA = 2**16
 
 
-def _finish(store: JobStore, spec: SolveSpec, token: str, result: dict[str, Any]) -> str:
+def _finish(store: JobStore, spec: SolveSpec, token: str, result: ResultDocument) -> str:
     job, _ = store.submit(spec, graph_name="g", token=token)
     claimed = store.mark_running(job.id, "host:1:a")
     assert claimed is not None
@@ -33,10 +34,10 @@ def test_the_store_counts_each_tokens_results_and_graphs(make_store: Callable[..
     store.put_graph("g1", graph, token="b")  # already stored: charged to the first
     size = len(json.dumps(graph))
     assert store.usage("a") == Usage(0, size) and store.usage("b") == Usage(0, 0) and store.has_graph("g1")
-    result = {"status": "feasible", "cost": 1.0, "log": ["x" * 1000]}
+    result = result_document(cost=1.0, log=("x" * 1000,))
     _finish(store, SolveSpec("g1", 10, "checkpoint-all"), "a", result)
     _finish(store, SolveSpec("g1", 11, "checkpoint-all"), "a", result)
-    assert store.usage("a").result_bytes == 2 * len(json.dumps(result))
+    assert store.usage("a").result_bytes == 2 * len(json.dumps(result.to_json()))
     now[0] += 10 * 86400
     store.expire(Retention(max_age_s=86400, max_jobs=10, max_sweeps=10))
     assert store.usage("a") == Usage(0, 0) and not store.has_graph("g1"), "retention gives the bytes back"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from factories import result_document
 
 from remat.service import Claim, JobStore, SolveSpec
-from remat.service._store import RESULT_BULK
+from remat.solvers import RESULT_BULK, ResultDocument
 
 
 @pytest.fixture
@@ -15,7 +16,7 @@ def store(make_store: Callable[..., JobStore]) -> JobStore:
     return make_store()
 
 
-def finished(store: JobStore, budget: int, result: dict) -> str:
+def finished(store: JobStore, budget: int, result: ResultDocument) -> str:
     job, _ = store.submit(SolveSpec("a" * 64, budget, "checkpoint-all"), graph_name="g", token=None)
     claimed = store.mark_running(job.id, "host:1:a")
     assert claimed is not None
@@ -24,18 +25,18 @@ def finished(store: JobStore, budget: int, result: dict) -> str:
 
 
 def test_summaries_drop_the_bulk_and_keep_the_rest(store: JobStore):
-    result = {"status": "feasible", "cost": 3.5, "peak_memory": 12, "overhead": 1.25, "fallback": None,
-              "schedule": {"stages": [{"compute": ["a"], "retain": []}]}, "plan": [{"op": "compute", "node": "a"}],
-              "log": ["solved"]}
+    result = result_document(cost=3.5, peak_memory=12, overhead=1.25, schedule={"stages": [{"compute": ["a"],
+                             "retain": []}]}, plan=[{"op": "compute", "node": "a"}], log=("solved",))
     done = finished(store, 100, result)
     waiting, _ = store.submit(SolveSpec("a" * 64, 200, "checkpoint-all"), graph_name="g", token=None)
     summaries = store.result_summaries([waiting.id, done, "no-such-job"])
     assert list(summaries) == [done]
-    assert summaries[done] == {k: v for k, v in result.items() if k not in RESULT_BULK}
+    assert summaries[done] == result.summary()
+    assert summaries[done].to_json(summary=True) == {k: v for k, v in result.to_json().items() if k not in RESULT_BULK}
     assert set(RESULT_BULK) == {"schedule", "plan", "log"}
 
 
 def test_many_ids_are_read_in_chunks(store: JobStore):
-    ids = [finished(store, b, {"status": "optimal", "cost": float(b), "plan": []}) for b in range(3)]
+    ids = [finished(store, b, result_document(status="optimal", cost=float(b))) for b in range(3)]
     summaries = store.result_summaries(ids + [f"x{i}" for i in range(1200)])
-    assert {k: v["cost"] for k, v in summaries.items()} == {ids[b]: float(b) for b in range(3)}
+    assert {k: v.cost for k, v in summaries.items()} == {ids[b]: float(b) for b in range(3)}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 from clock import Clock
+from factories import result_document
 from processes import REDIS_URL, at_once
 
 from remat.service import (
@@ -41,7 +42,7 @@ def spec(budget: int = 100, strategy: str = "checkpoint-all", graph: str = "f" *
 def finish(store: JobStore, job_id: str, status: str = "feasible") -> None:
     claimed = store.mark_running(job_id, "host:1:a")
     assert claimed is not None
-    store.mark_finished(Claim(job_id, "host:1:a", claimed.attempts), {"status": status, "cost": 1.0, "log": []})
+    store.mark_finished(Claim(job_id, "host:1:a", claimed.attempts), result_document(status=status, cost=1.0))
 
 
 def test_one_tokens_identical_requests_share_a_job_and_tokens_never_do(store: JobStore):
@@ -80,7 +81,8 @@ def test_another_tokens_result_that_cannot_be_reused_is_left_alone(store: JobSto
     theirs, fresh = store.submit(spec(), graph_name="g", token="t2")
     assert fresh and theirs.status is JobStatus.QUEUED
     kept = store.get(mine.id)
-    assert kept.status is JobStatus.SUCCEEDED and kept.result["status"] == "timeout" and kept.token == "t1"
+    assert kept.status is JobStatus.SUCCEEDED and kept.token == "t1"
+    assert kept.result is not None and kept.result.status == "timeout"
 
 
 def test_claims_take_turns_between_tokens(make_store: Callable[..., JobStore]):
@@ -96,7 +98,7 @@ def test_claims_take_turns_between_tokens(make_store: Callable[..., JobStore]):
     order = []
     while (job := store.claim_next("host:1:slot")) is not None:
         order.append(job.token)
-        store.mark_finished(Claim(job.id, "host:1:slot", 1), {"status": "feasible", "log": []})
+        store.mark_finished(Claim(job.id, "host:1:slot", 1), result_document())
         clock.advance(1)
     assert order == ["busy", "late", "busy", "late", "busy", "busy", "busy"]
 
@@ -117,7 +119,7 @@ def test_the_whole_life_of_a_job(store: JobStore):
     assert store.mark_running(job.id, "host:1:b") is None
     by = Claim(job.id, "host:1:a", 1)
     assert store.renew(by, progress={"elapsed_s": 1.0}, solver_pid=42).solver_pid == 42
-    result = {"status": "feasible", "cost": 3.0, "log": []}
+    result = result_document(cost=3.0)
     done = store.mark_finished(by, result)
     assert done.status is JobStatus.SUCCEEDED
     assert store.get(job.id).result == result and store.get(job.id, with_result=False).result is None
@@ -130,7 +132,7 @@ def test_the_whole_life_of_a_job(store: JobStore):
 def test_a_result_that_cannot_be_reused_is_solved_again(store: JobStore):
     job, _ = store.submit(spec(), graph_name="g", token=None)
     store.mark_running(job.id, "o")
-    store.mark_finished(Claim(job.id, "o", 1), {"status": "timeout", "log": []})
+    store.mark_finished(Claim(job.id, "o", 1), result_document(status="timeout"))
     later, _ = store.submit(spec(budget=7), graph_name="g", token=None)
     again, fresh = store.submit(spec(), graph_name="g", token=None)
     assert fresh and again.status is JobStatus.QUEUED and store.get(job.id).result is None

@@ -136,7 +136,7 @@ def test_a_sweeps_natural_points_wait_for_room_under_the_cap(make_store: Callabl
         claimed = store.mark_running(job.id, "host:1:a")
         assert claimed is not None
         store.mark_finished(Claim(job.id, "host:1:a", claimed.attempts),
-                            solve(graph, budget=top, strategy=strategy).to_json())
+                            solve(graph, budget=top, strategy=strategy).document())
         jobs.append(job)
     sweep = new_sweep(jobs, graph_name="c6", token="t", now=store.clock(), planned=False)
     store.put_sweep(sweep)

@@ -22,6 +22,7 @@ from remat.solvers import (
     DEFAULT_TIME_LIMIT_S,
     SWEEP_POINTS,
     Convergence,
+    ResultDocument,
     ResultStatus,
     get_strategy,
     plan_sweep,
@@ -52,9 +53,9 @@ def compare_here(graph: Graph, *, strategies: Sequence[str] | None = None, budge
     for k, (strategy, budget) in enumerate(plan.points, 1):
         uses_backend = backend if get_strategy(strategy).backends else "auto"
         result = solve(graph, budget=budget, strategy=strategy, backend=uses_backend, time_limit_s=time_limit_s,
-                       transfer=transfer, host_budget=host_budget, convergence=convergence).to_json()
+                       transfer=transfer, host_budget=host_budget, convergence=convergence).document()
         # in-process nothing cancels a point: it fails when its solve errs, else it succeeded
-        cells.append(SweepCell(strategy, budget, "failed" if result["status"] == ResultStatus.ERROR else "succeeded",
+        cells.append(SweepCell(strategy, budget, "failed" if result.status is ResultStatus.ERROR else "succeeded",
                                result))
         report(f"[{k}/{len(plan.points)}] {_point_line(result)}")
     return SweepView(graph.name, graph.min_feasible_budget, graph.checkpoint_all_peak, plan.strategies,
@@ -86,7 +87,8 @@ def compare_on(client: Client, graph: Graph, *, strategies: Sequence[str] | None
 
 def _view_of(graph: Graph, doc: dict[str, Any]) -> SweepView:
     """The view of a ``GET /v1/sweeps/{id}`` document; results are matched to jobs by (strategy, budget)."""
-    results = {(r["strategy"], r["budget"]): r for r in doc["results"]}
+    parsed = (ResultDocument.from_json(r, summary=True) for r in doc["results"])
+    results = {(r.strategy, r.budget): r for r in parsed}
     cells = tuple(SweepCell(j["strategy"], j["budget"], j["status"], results.get((j["strategy"], j["budget"])),
                             j["id"]) for j in doc["jobs"])
     return SweepView(graph.name, graph.min_feasible_budget, graph.checkpoint_all_peak,
@@ -94,11 +96,11 @@ def _view_of(graph: Graph, doc: dict[str, Any]) -> SweepView:
                      cells, doc["natural_budgets"], doc["status"], doc["status"] in TERMINAL)
 
 
-def _point_line(result: dict[str, Any]) -> str:
-    line = f"{result['strategy']} at {format_size(result['budget'])}: {result['status'].replace('_', ' ')}"
-    if result.get("overhead") is not None:
-        line += f", overhead {result['overhead']:.4f}, peak {format_size(result['peak_memory'])}"
-    return f"{line} ({result['solve_time_s']:.2f} s)"
+def _point_line(result: ResultDocument) -> str:
+    line = f"{result.strategy} at {format_size(result.budget)}: {result.status.value.replace('_', ' ')}"
+    if result.overhead is not None and result.peak_memory is not None:
+        line += f", overhead {result.overhead:.4f}, peak {format_size(result.peak_memory)}"
+    return f"{line} ({result.solve_time_s:.2f} s)"
 
 
 def table_text(view: SweepView) -> str:

@@ -9,10 +9,11 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from remat.schedules import Graph, RematError, ScheduleEntries, format_size, parse_size
-from remat.solvers import DEFAULT_TIME_LIMIT_S, FITTING_STATUSES, STRATEGIES, solve
+from remat.solvers import DEFAULT_TIME_LIMIT_S, FITTING_STATUSES, STRATEGIES, ResultDocument, solve
 
 from ._limit_args import add_time_options, convergence_of
 from ._offload_args import add_offload_options, check_offloading, transfer_of
@@ -200,34 +201,34 @@ def _solve(args: argparse.Namespace) -> int:
         with Client(args.server) as client:
             doc = client.solve(graph, **budget, **options, transfer=transfer)
     else:
-        doc = solve(graph, **budget, **options, transfer=transfer).to_json()
-    if args.full_schedule and doc.get("schedule") is not None:
-        doc["schedule"] = ScheduleEntries.from_json(graph, doc["schedule"]).to_json(graph, full=True)
+        doc = solve(graph, **budget, **options, transfer=transfer).document()
+    if args.full_schedule and doc.schedule is not None:
+        doc = replace(doc, schedule=ScheduleEntries.from_json(graph, doc.schedule).to_json(graph, full=True))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
-            json.dump(doc, f)
-    print(json.dumps(doc) if args.json else summary_line(doc))
-    return 0 if doc["status"] in FITTING_STATUSES else 1
+            json.dump(doc.to_json(), f)
+    print(json.dumps(doc.to_json()) if args.json else summary_line(doc))
+    return 0 if doc.status in FITTING_STATUSES else 1
 
 
-def summary_line(doc: dict[str, Any]) -> str:
+def summary_line(doc: ResultDocument) -> str:
     """One line about a remat.result/v1: status, overhead, peak against budget, time."""
-    parts = [f"{doc['graph_name'] or 'graph'}: {doc['strategy']}", doc["status"]]
-    if doc.get("overhead") is not None:
-        parts.append(f"overhead {doc['overhead']:.4f}")
-    if doc.get("peak_memory") is not None:
-        share = f" ({doc['peak_memory'] / doc['budget']:.3f})" if doc["budget"] else ""
-        parts.append(f"peak {format_size(doc['peak_memory'])} / budget {format_size(doc['budget'])}{share}")
+    parts = [f"{doc.graph_name or 'graph'}: {doc.strategy}", doc.status.value]
+    if doc.overhead is not None:
+        parts.append(f"overhead {doc.overhead:.4f}")
+    if doc.peak_memory is not None:
+        share = f" ({doc.peak_memory / doc.budget:.3f})" if doc.budget else ""
+        parts.append(f"peak {format_size(doc.peak_memory)} / budget {format_size(doc.budget)}{share}")
     else:
-        parts.append(f"budget {format_size(doc['budget'])}")
-    if doc.get("smallest_peak") is not None:
-        parts.append(f"no plan fits it; the leanest found peaks at {format_size(doc['smallest_peak'])}")
-    if doc.get("transfer") is not None and doc.get("host_peak_memory") is not None:
-        host = f" / host budget {format_size(doc['host_budget'])}" if doc.get("host_budget") is not None else ""
-        parts.append(f"host peak {format_size(doc['host_peak_memory'])}{host}")
-    if doc.get("fallback"):
-        parts.append(f"fallback {doc['fallback']}")
-    parts.append(f"{doc['solve_time_s']:.2f} s")
+        parts.append(f"budget {format_size(doc.budget)}")
+    if doc.smallest_peak is not None:
+        parts.append(f"no plan fits it; the leanest found peaks at {format_size(doc.smallest_peak)}")
+    if doc.transfer is not None and doc.host_peak_memory is not None:
+        host = f" / host budget {format_size(doc.host_budget)}" if doc.host_budget is not None else ""
+        parts.append(f"host peak {format_size(doc.host_peak_memory)}{host}")
+    if doc.fallback:
+        parts.append(f"fallback {doc.fallback}")
+    parts.append(f"{doc.solve_time_s:.2f} s")
     return ", ".join(parts)
 
 

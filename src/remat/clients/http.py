@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 import httpx
 
 from remat.schedules import Graph, RematError, Transfer
-from remat.solvers import DEFAULT_CONVERGENCE, Convergence
+from remat.solvers import DEFAULT_CONVERGENCE, Convergence, ResultDocument
 
 __all__ = ["Client", "ServiceError"]
 
@@ -102,7 +102,7 @@ class Client:
               time_limit_s: float | None = None, mip_gap: float | None = None,
               options: Mapping[str, Any] | None = None, transfer: TransferLike | None = None,
               host_budget: int | None = None, wait_s: float = 10.0,
-              convergence: Convergence | None = DEFAULT_CONVERGENCE) -> dict[str, Any]:
+              convergence: Convergence | None = DEFAULT_CONVERGENCE) -> ResultDocument:
         """Solve and return the remat.result/v1, polling the job for as long as the solve takes.
 
         ``options`` are the strategy's own (:func:`remat.solvers.solve`'s); ``transfer`` (a Transfer, or the
@@ -115,8 +115,7 @@ class Client:
                                     transfer=_transfer_doc(transfer), host_budget=host_budget, wait_s=wait_s,
                                     convergence=convergence)
         if response.status_code == 200:
-            result: dict[str, Any] = response.json()
-            return result
+            return ResultDocument.from_json(response.json())
         return self.result(response.json()["id"])
 
     def _post_solve(self, graph: Graph | Mapping[str, Any], *, convergence: Convergence | None,
@@ -144,7 +143,7 @@ class Client:
             time.sleep(pause if left is None else min(pause, left))
             pause = min(pause * 1.5, max(poll_s, LONGEST_POLL_S))
 
-    def result(self, job_id: str, *, timeout_s: float | None = WAIT_S) -> dict[str, Any]:
+    def result(self, job_id: str, *, timeout_s: float | None = WAIT_S) -> ResultDocument:
         """The job's remat.result/v1 once it has ended; ServiceError when it ended without one, or has not
         ended within ``timeout_s``."""
         job = self.wait(job_id, timeout_s=timeout_s)
@@ -154,8 +153,7 @@ class Client:
         if job["result"] is None:
             raise ServiceError(f"Job {job_id} {job['status']}: {job['error'] or 'no result'}", status=0,
                                problem=job)
-        result: dict[str, Any] = job["result"]
-        return result
+        return ResultDocument.from_json(job["result"])
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Ask the service to stop the job; it keeps the best plan found so far."""

@@ -13,7 +13,6 @@ steps, so the peak survives).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from remat.schedules import (
     Graph,
+    InvalidResult,
     Plan,
     ScheduleEntries,
     Simulation,
@@ -30,6 +30,7 @@ from remat.schedules import (
     layout_plan,
     simulate,
 )
+from remat.solvers import ResultDocument
 
 from ._envelope import memory_envelope
 from ._streams_view import memory_time_figure, streams_figure
@@ -141,23 +142,25 @@ def plan_stats(graph: Graph, plan: Plan, sim: Simulation, transfer: Transfer | N
     return stats
 
 
-def job_figures(graph: Graph, result: Mapping[str, Any]) -> tuple[dict[str, Any], PlanStats]:
+def job_figures(graph: Graph, result: ResultDocument) -> tuple[dict[str, Any], PlanStats]:
     """The Plotly figures of a result that has a plan (``memory``, ``recompute``, and ``R`` and ``S`` when it
     has a schedule) and its stats. A plan with transfers is simulated with the result's ``transfer`` and
     drawn in time: its ``streams`` as lanes, and ``memory`` over time."""
-    plan = Plan.from_json(graph, result["plan"])
-    transfer = None if result.get("transfer") is None else Transfer.from_json(result["transfer"])
+    if result.plan is None:
+        raise InvalidResult("The result has no plan to draw.", field="plan")
+    plan = Plan.from_json(graph, result.plan)
+    transfer = result.transfer
     sim = simulate(graph, plan, transfer=transfer)
-    color = strategy_color(str(result["strategy"]))
-    budget = int(result["budget"])
+    color = strategy_color(result.strategy)
+    budget = result.budget
     if sim.timing is None:
         figures = {"memory": _memory_figure(graph, plan, sim, budget, color)}
     else:
         figures = {"streams": streams_figure(graph, sim.timing, color),
                    "memory": memory_time_figure(graph, sim, budget, color)}
     figures["recompute"] = _recompute_figure(graph, sim, color)
-    if result.get("schedule") is not None:
-        entries = ScheduleEntries.from_json(graph, result["schedule"])
+    if result.schedule is not None:
+        entries = ScheduleEntries.from_json(graph, result.schedule)
         shape = (entries.stages, graph.size)
         figures["R"] = _heatmap(run_blocks(shape, entries.compute_node, entries.compute_stage,
                                            entries.compute_stage + 1), color)

@@ -18,6 +18,7 @@ from jinja2.runtime import Context
 from markupsafe import Markup
 
 from remat.schedules import format_size
+from remat.solvers import ResultDocument
 
 from ._assets import ASSETS
 from ._job_view import PlanStats
@@ -77,7 +78,7 @@ def render_root(*, version: str) -> str:
 
 
 def render_index(*, sweeps: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, Any]],
-                 summaries: Mapping[str, Mapping[str, Any]], max_batches: Sequence[Mapping[str, Any]] = ()) -> str:
+                 summaries: Mapping[str, ResultDocument], max_batches: Sequence[Mapping[str, Any]] = ()) -> str:
     """``/dashboard``: recent sweeps (with their jobs' counts), max-batch searches, and recent jobs (with their
     results' numbers)."""
     return _render("index.html", sweeps=sweeps, jobs=jobs, summaries=summaries, max_batches=max_batches)
@@ -114,7 +115,7 @@ def job_update(job: Mapping[str, Any], *, poll: str | None) -> dict[str, Any]:
             "reload": poll is None}
 
 
-def render_job(job: Mapping[str, Any], result: Mapping[str, Any] | None, *, figures: Mapping[str, Any],
+def render_job(job: Mapping[str, Any], result: ResultDocument | None, *, figures: Mapping[str, Any],
                stats: PlanStats | None, poll: str | None, notice: str | None = None) -> str:
     """``/dashboard/jobs/{id}``: the job, its result's numbers, its plan's figures and statistics."""
     data = {"figures": dict(figures), "poll": poll}

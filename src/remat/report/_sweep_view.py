@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from remat.schedules import byte_unit, format_size
-from remat.solvers import STRATEGIES
+from remat.solvers import STRATEGIES, ResultDocument
 
 __all__ = ["SweepCell", "SweepView", "TableCell", "TableRow", "step_curve", "strategy_color",
            "sweep_figure", "sweep_table"]
@@ -46,16 +46,16 @@ class SweepCell:
     budget: int
     status: str
     """The job's status: queued, running, succeeded, failed or cancelled."""
-    result: Mapping[str, Any] | None = None
+    result: ResultDocument | None = None
     job_id: str | None = None
 
     @property
     def point(self) -> tuple[int, float] | None:
         """(peak memory, overhead) of the cell's simulated plan; None when it has none."""
         r = self.result
-        if r is None or r.get("peak_memory") is None or r.get("overhead") is None:
+        if r is None or r.peak_memory is None or r.overhead is None:
             return None
-        return int(r["peak_memory"]), float(r["overhead"])
+        return r.peak_memory, float(r.overhead)
 
     @property
     def fits(self) -> bool:
@@ -66,7 +66,7 @@ class SweepCell:
     @property
     def state(self) -> str:
         """What the cell shows: its result's status once there is one, else its job's."""
-        return str(self.result["status"]) if self.result is not None else self.status
+        return self.result.status.value if self.result is not None else self.status
 
 
 @dataclass(frozen=True)
@@ -197,8 +197,8 @@ def _hover(cell: SweepCell, natural: int | None) -> str:
     peak, overhead = cell.point
     lines = [f"<b>{cell.strategy}</b>: overhead {overhead:.4f}",
              f"peak {format_size(peak)} (asked {format_size(cell.budget)})",
-             f"{r['status']}{', natural point' if cell.budget == natural else ''}"
-             f"{', plan of ' + r['fallback'] if r.get('fallback') else ''}, {r['solve_time_s']:.2f} s"]
+             f"{r.status.value}{', natural point' if cell.budget == natural else ''}"
+             f"{', plan of ' + r.fallback if r.fallback else ''}, {r.solve_time_s:.2f} s"]
     return "<br>".join(lines)
 
 

@@ -7,6 +7,7 @@
     ├── InvalidPlan            a plan breaks the simulator's rules (names step and node)
     ├── InvalidSchedule        an (R, S) schedule is malformed or cannot be executed
     ├── InvalidRequest         a solve request is malformed (budget, strategy options...)
+    ├── InvalidResult          a remat.result/v1 document breaks the format (names the field)
     ├── UnknownStrategy        no strategy or backend of that name
     ├── StrategyNotApplicable  the strategy does not apply to this graph (names the offending node)
     ├── BackendUnavailable     the solver engine is not installed or not licensed for this size
@@ -22,6 +23,7 @@ __all__ = [
     "InvalidGraph",
     "InvalidPlan",
     "InvalidRequest",
+    "InvalidResult",
     "InvalidSchedule",
     "RematError",
     "SolverFailed",
@@ -63,6 +65,14 @@ class InvalidSchedule(RematError):
 
 class InvalidRequest(RematError):
     """A solve request is malformed: ``field`` names the offending parameter."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidResult(RematError):
+    """A result document breaks remat.result/v1: ``field`` names the offending key."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)

@@ -31,7 +31,15 @@ from importlib import metadata
 from typing import Any
 
 from remat.schedules import Transfer, UnknownStrategy
-from remat.solvers import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Convergence, ResultStatus, StrategyKind, get_strategy
+from remat.solvers import (
+    DEFAULT_MIP_GAP,
+    DEFAULT_TIME_LIMIT_S,
+    Convergence,
+    ResultDocument,
+    ResultStatus,
+    StrategyKind,
+    get_strategy,
+)
 
 __all__ = [
     "Claim",
@@ -183,7 +191,7 @@ class Job:
     finished_at: float | None = None
     history: tuple[str, ...] = ()
     """What happened to earlier attempts (lost runners, restarts), oldest first."""
-    result: Mapping[str, Any] | None = field(default=None, compare=False)
+    result: ResultDocument | None = field(default=None, compare=False)
 
     def to_record(self) -> dict[str, Any]:
         """The JSON record a store keeps (everything but the result)."""
@@ -194,8 +202,10 @@ class Job:
 
     @classmethod
     def from_record(cls, doc: Mapping[str, Any], result: Mapping[str, Any] | None = None) -> Job:
+        """The job of a stored record and, when loaded with it, its stored remat.result/v1 (parsed here)."""
         return cls(**{**doc, "spec": SolveSpec.from_json(doc["spec"]), "status": JobStatus(doc["status"]),
-                      "history": tuple(doc.get("history", ())), "result": result})
+                      "history": tuple(doc.get("history", ())),
+                      "result": None if result is None else ResultDocument.from_json(result)})
 
 
 def job_id(spec: SolveSpec, token: str | None) -> str:
@@ -210,9 +220,10 @@ def new_job(spec: SolveSpec, *, graph_name: str, token: str | None, now: float) 
                queued_at=now)
 
 
-def answer(job: Job, result: Mapping[str, Any], *, now: float) -> Job:
+def answer(job: Job, result: ResultDocument, *, now: float) -> Job:
     """A new job answered at once by the reusable ``result`` of an identical request (it never runs)."""
-    return replace(job, status=JobStatus.SUCCEEDED, result_status=result["status"], started_at=now, finished_at=now)
+    return replace(job, status=JobStatus.SUCCEEDED, result_status=result.status.value, started_at=now,
+                   finished_at=now)
 
 
 def reusable(job: Job) -> bool:
@@ -263,13 +274,13 @@ def renew(job: Job, by: Claim, *, now: float, lease_s: float, progress: Mapping[
                    solver_pid=solver_pid if solver_pid is not None else job.solver_pid)
 
 
-def finish(job: Job, by: Claim, *, now: float, result: Mapping[str, Any]) -> Job | None:
+def finish(job: Job, by: Claim, *, now: float, result: ResultDocument) -> Job | None:
     """The solve returned a remat.result/v1; the job's status follows the result's."""
     if not _held(job, by):
         return None
-    status = JobStatus.ended_with(result["status"])
-    error = ("; ".join(result.get("log", [])[-3:]) or "the solver failed") if status is JobStatus.FAILED else None
-    return replace(job, status=status, result_status=result["status"], error=error, finished_at=now,
+    status = JobStatus.ended_with(result.status)
+    error = ("; ".join(result.log[-3:]) or "the solver failed") if status is JobStatus.FAILED else None
+    return replace(job, status=status, result_status=result.status.value, error=error, finished_at=now,
                    lease_until=None)
 
 

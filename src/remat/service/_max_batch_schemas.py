@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from remat.schedules import MAX_TOTAL_BYTES
-from remat.solvers import StrategyKind, get_strategy
+from remat.solvers import ResultDocument, StrategyKind, get_strategy
 
 from ._jobs import Job, JobStatus
 from ._max_batches import MAX_BATCH_FORMAT, MaxBatchSearch, StrategySearch, Trial
@@ -172,7 +172,7 @@ class MaxBatchPublic(MaxBatchSummary):
 
     @classmethod
     def of(cls, search: MaxBatchSearch, jobs: Mapping[str, Job],  # type: ignore[override]
-           results: Mapping[str, Mapping[str, Any]]) -> MaxBatchPublic:
+           results: Mapping[str, ResultDocument]) -> MaxBatchPublic:
         """``jobs`` holds the pending jobs, with their progress; ``results`` the results of the best jobs (the chosen
         one's is the document's ``result``; summaries will do)."""
         by_name = {s.strategy: s for s in search.strategies}
@@ -191,7 +191,7 @@ class MaxBatchPublic(MaxBatchSummary):
             best_baseline=BatchOf(strategy=best.strategy, batch=best.batch) if best is not None else None,
             chosen=None if chosen is None else {
                 "strategy": chosen.strategy, "batch": chosen.batch, "job_id": _best_job(chosen),
-                "result": dict(results[_best_job(chosen)]) if _best_job(chosen) in results else None},
+                "result": results[_best_job(chosen)].to_json(summary=True) if _best_job(chosen) in results else None},
             strategies=[_strategy(s, jobs, reference, best) for s in search.strategies],
         )
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
-from remat.solvers import BatchSearch, BatchTrial
+from remat.solvers import BatchSearch, BatchTrial, ResultDocument
 
 from ._jobs import Job, JobStatus, remat_version
 from ._sweeps import sweep_status
@@ -42,10 +42,10 @@ class Trial:
     overhead: float | None = None
     peak_memory: int | None = None
 
-    def judged(self, result: Mapping[str, Any], budget: int) -> Trial:
+    def judged(self, result: ResultDocument, budget: int) -> Trial:
         """This trial with the verdict on ``result`` (its job's remat.result/v1, a summary will do)."""
-        peak = result.get("peak_memory")
-        verdict = BatchTrial.judged(self.batch, status=result["status"], overhead=result.get("overhead"),
+        peak = result.peak_memory
+        verdict = BatchTrial.judged(self.batch, status=result.status, overhead=result.overhead,
                                     fits=peak is not None and peak <= budget, max_overhead=self.max_overhead)
         return replace(self, ok=verdict.ok, result_status=verdict.status, overhead=verdict.overhead,
                        peak_memory=peak)

@@ -34,6 +34,8 @@ from typing import Any, cast
 
 import redis
 
+from remat.solvers import ResultDocument
+
 from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
@@ -94,7 +96,7 @@ class RedisStore(JobStore):
 
     # -- jobs --------------------------------------------------------------------------------------
 
-    def _insert(self, job: Job, result: Mapping[str, Any] | None = None) -> bool:
+    def _insert(self, job: Job, result: ResultDocument | None = None) -> bool:
         key = self.key_for("job", job.id)
 
         def insert(pipe: redis.client.Pipeline) -> bool:
@@ -103,7 +105,7 @@ class RedisStore(JobStore):
             pipe.multi()
             pipe.set(key, json.dumps(job.to_record()))
             if result is not None:
-                text = json.dumps(result)
+                text = json.dumps(result.to_json())
                 pipe.set(self.key_for("result", job.id), text)
                 pipe.set(self.key_for("cache", job.spec.key), job.id)
                 pipe.hincrby(self.key_for("usage", _tok(job.token)), "results", len(text))
@@ -112,7 +114,7 @@ class RedisStore(JobStore):
 
         return bool(self.redis.transaction(insert, key, value_from_callable=True))  # type: ignore[arg-type]
 
-    def _update(self, job_id: str, change: Change, *, result: Mapping[str, Any] | None = KEEP) -> Job | None:
+    def _update(self, job_id: str, change: Change, *, result: ResultDocument | None = KEEP) -> Job | None:
         key = self.key_for("job", job_id)
 
         def update(pipe: redis.client.Pipeline) -> Job | None:
@@ -129,7 +131,7 @@ class RedisStore(JobStore):
             if result is None:
                 pipe.delete(self.key_for("result", job_id))
             elif result is not KEEP:
-                text = json.dumps(result)
+                text = json.dumps(result.to_json())
                 pipe.set(self.key_for("result", job_id), text)
                 pipe.hincrby(self.key_for("usage", _tok(new.token)), "results", len(text))
                 if _jobs.reusable(new):

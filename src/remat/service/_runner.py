@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
-from remat.solvers import StopReason, StopThenKill
+from remat.solvers import ResultDocument, StopReason, StopThenKill
 
 from ._child import Message, SolverProcess
 from ._jobs import Claim, Job
@@ -189,9 +189,9 @@ class _Supervisor:
         """Log how the solve ended and write it to the store (waiting for the store, if need be)."""
         by = self.by
         if message is not None and message[0] == "result":
-            result = message[1]
+            result = ResultDocument.from_json(message[1])
             job = self._write(lambda: self.store.mark_finished(by, result))
-            log.info("job %s: %s (%s)", by.job_id, job.status.value if job else "claim lost", result["status"])
+            log.info("job %s: %s (%s)", by.job_id, job.status.value if job else "claim lost", result.status.value)
             return job
         if message is not None and message[0] == "crash":
             log.error("job %s: the solver crashed:\n%s", by.job_id, message[1])

@@ -237,7 +237,7 @@ class JobPublic(BaseModel):
             finished_at=_time(job.finished_at),
             progress=ProgressPublic(**job.progress) if job.progress else None, error=job.error,
             history=list(job.history),
-            result=dict(job.result) if with_result and job.result is not None else None,
+            result=job.result.to_json() if with_result and job.result is not None else None,
             links={"self": base, "cancel": f"{base}/cancel", "events": f"{base}/events"},
         )
 
@@ -288,7 +288,7 @@ class SweepPublic(SweepSummary):
         return cls(
             **cls._fields(sweep, jobs), natural_budgets=dict(sweep.natural),
             jobs=[SweepJob(id=j.id, strategy=j.spec.strategy, budget=j.spec.budget, status=j.status) for j in jobs],
-            results=[dict(j.result) for j in jobs if j.result is not None] if results is None else results,
+            results=[j.result.to_json() for j in jobs if j.result is not None] if results is None else results,
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +27,15 @@ from remat.schedules import (
     Transfer,
     resolve_budget,
 )
-from remat.solvers import Strategy, StrategyKind, available_backends, get_strategy, sweep_budgets, sweep_strategies
+from remat.solvers import (
+    ResultDocument,
+    Strategy,
+    StrategyKind,
+    available_backends,
+    get_strategy,
+    sweep_budgets,
+    sweep_strategies,
+)
 
 from . import _jobs
 from ._errors import JobNotFound, QueueFull, StoreQuota, TooManyJobs
@@ -98,7 +106,7 @@ class Service:
 
     def full_schedule(self, job: Job) -> dict[str, Any] | None:
         """The job's schedule in the full form (every stage's whole retained set), from its compact form."""
-        schedule: Mapping[str, Any] | None = (job.result or {}).get("schedule")
+        schedule = job.result.schedule if job.result is not None else None
         if schedule is None:
             return None
         graph = Graph.from_json(self.store.get_graph(job.spec.graph_sha256), limits=self.settings.graph_limits)
@@ -152,13 +160,12 @@ class Service:
             raise JobNotFound(sweep_id)
         return sweep
 
-    def job_result(self, job_id: str) -> dict[str, Any] | None:
+    def job_result(self, job_id: str) -> ResultDocument | None:
         """The remat.result/v1 of job ``job_id`` (None when it has none, or is gone)."""
         try:
-            result = self.store.get(job_id).result
+            return self.store.get(job_id).result
         except JobNotFound:
             return None
-        return None if result is None else dict(result)
 
     def sweep_jobs(self, sweep: Sweep, *, with_result: bool) -> list[Job]:
         """The sweep's jobs, in the sweep's order."""
@@ -212,10 +219,8 @@ class Service:
                                 self.store.result_summaries(search.best_job_ids)).model_dump(mode="json")
         chosen = doc["chosen"]
         if full_result and chosen is not None:
-            try:
-                chosen["result"] = self.store.get(chosen["job_id"]).result
-            except JobNotFound:
-                chosen["result"] = None
+            result = self.job_result(chosen["job_id"])
+            chosen["result"] = None if result is None else result.to_json()
         return doc
 
     def cancel_max_batch(self, search_id: str, token: str | None) -> MaxBatchSearch:

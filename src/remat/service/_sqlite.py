@@ -10,11 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from remat.solvers import RESULT_BULK, ResultDocument
+
 from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Job, JobStatus
 from ._max_batches import MaxBatchSearch
-from ._store import GRAPH_GRACE_S, KEEP, RESULT_BULK, Change, Expired, JobStore, Retention, SearchChange, Usage
+from ._store import GRAPH_GRACE_S, KEEP, Change, Expired, JobStore, Retention, SearchChange, Usage
 from ._sweeps import Sweep
 
 __all__ = ["SqliteStore"]
@@ -159,8 +161,8 @@ class SqliteStore(JobStore):
 
     # -- jobs --------------------------------------------------------------------------------------
 
-    def _insert(self, job: Job, result: Mapping[str, Any] | None = None) -> bool:
-        text = None if result is None else json.dumps(result)
+    def _insert(self, job: Job, result: ResultDocument | None = None) -> bool:
+        text = None if result is None else json.dumps(result.to_json())
         with self._immediate() as conn:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO jobs (id, status, token, created_at, queued_at, record, result, result_bytes) "
@@ -171,12 +173,12 @@ class SqliteStore(JobStore):
                 self._cache(conn, job)
             return cur.rowcount == 1
 
-    def _update(self, job_id: str, change: Change, *, result: Mapping[str, Any] | None = KEEP) -> Job | None:
+    def _update(self, job_id: str, change: Change, *, result: ResultDocument | None = KEEP) -> Job | None:
         with self._immediate() as conn:
             return self._apply(conn, job_id, change, result)
 
     def _apply(self, conn: sqlite3.Connection, job_id: str, change: Change,
-               result: Mapping[str, Any] | None) -> Job | None:
+               result: ResultDocument | None) -> Job | None:
         row = conn.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
@@ -186,7 +188,7 @@ class SqliteStore(JobStore):
         conn.execute("UPDATE jobs SET status = ?, token = ?, created_at = ?, queued_at = ?, record = ? WHERE id = ?",
                      (new.status.value, new.token, new.created_at, new.queued_at, json.dumps(new.to_record()), job_id))
         if result is not KEEP:
-            text = None if result is None else json.dumps(result)
+            text = None if result is None else json.dumps(result.to_json())
             conn.execute("UPDATE jobs SET result = ?, result_bytes = ? WHERE id = ?", (text, _size(text), job_id))
             if result is not None and _jobs.reusable(new):
                 self._cache(conn, new)
@@ -226,12 +228,12 @@ class SqliteStore(JobStore):
         found = {row[2]: _job(row) for row in self._rows_of(f"SELECT record, {column}, id FROM jobs", job_ids)}
         return [found[i] for i in job_ids if i in found]
 
-    def result_summaries(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def result_summaries(self, job_ids: Sequence[str]) -> dict[str, ResultDocument]:
         """As JobStore's, with the bulk dropped inside SQLite (json_remove), which is many times faster."""
         paths = ", ".join(f"'$.{name}'" for name in RESULT_BULK)
         rows = self._rows_of(f"SELECT id, json_remove(result, {paths}) FROM jobs", job_ids,
                              where="result IS NOT NULL AND ")
-        return {job_id: json.loads(doc) for job_id, doc in rows}
+        return {job_id: ResultDocument.from_json(json.loads(doc), summary=True) for job_id, doc in rows}
 
     def _rows_of(self, select: str, job_ids: Sequence[str], *, where: str = "") -> Iterator[Any]:
         """``select`` over the jobs among ``job_ids``, a few hundred ids per query."""

@@ -20,19 +20,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from remat.solvers import ResultDocument
+
 from . import _jobs
 from ._errors import JobNotFound
 from ._jobs import Claim, Job, JobStatus, SolveSpec
 from ._max_batches import MaxBatchSearch
 from ._sweeps import Sweep
 
-__all__ = ["GRAPH_GRACE_S", "KEEP", "RESULT_BULK", "Expired", "JobStore", "Retention", "Usage"]
+__all__ = ["GRAPH_GRACE_S", "KEEP", "Expired", "JobStore", "Retention", "Usage"]
 
 KEEP: Any = object()
 """Passed as ``result`` to ``_update``: leave the stored result as it is."""
-
-RESULT_BULK = ("schedule", "plan", "log")
-"""The fields of a remat.result/v1 that ``result_summaries`` leaves out (the bulk of a big graph's result)."""
 
 GRAPH_GRACE_S = 3600.0
 """A graph stored (or submitted again) within this many seconds is kept even while no job refers to it yet.
@@ -99,12 +98,12 @@ class JobStore(ABC):
     # -- storage, per backend ----------------------------------------------------------------------
 
     @abstractmethod
-    def _insert(self, job: Job, result: Mapping[str, Any] | None = None) -> bool:
+    def _insert(self, job: Job, result: ResultDocument | None = None) -> bool:
         """Store a new job (with its result, for a job answered at once) unless one with its id exists;
         True when stored."""
 
     @abstractmethod
-    def _update(self, job_id: str, change: Change, *, result: Mapping[str, Any] | None = KEEP) -> Job | None:
+    def _update(self, job_id: str, change: Change, *, result: ResultDocument | None = KEEP) -> Job | None:
         """Atomically replace the job by ``change(job)`` (and its result, unless KEEP); None: unchanged.
 
         A job that ends with a reusable result becomes the one ``cached_result`` finds for its request."""
@@ -126,11 +125,10 @@ class JobStore(ABC):
     def get_many(self, job_ids: Sequence[str], *, with_result: bool = False) -> list[Job]:
         """The jobs that exist among ``job_ids``, in that order."""
 
-    def result_summaries(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def result_summaries(self, job_ids: Sequence[str]) -> dict[str, ResultDocument]:
         """The results of those of ``job_ids`` that have one, less ``RESULT_BULK``: what lists and charts
         need, without reading whole schedules and plans."""
-        return {j.id: {k: v for k, v in j.result.items() if k not in RESULT_BULK}
-                for j in self.get_many(job_ids, with_result=True) if j.result is not None}
+        return {j.id: j.result.summary() for j in self.get_many(job_ids, with_result=True) if j.result is not None}
 
     @abstractmethod
     def list_jobs(self, token: str | None, *, limit: int = 50, status: JobStatus | None = None) -> list[Job]:
@@ -246,7 +244,7 @@ class JobStore(ABC):
             return again, cached is None
         return self.get(job.id, with_result=False), False
 
-    def cached_result(self, key: str) -> Mapping[str, Any] | None:
+    def cached_result(self, key: str) -> ResultDocument | None:
         """A reusable result of the request ``key``, of any token (None when ``share_results`` is off)."""
         job_id = self._cached_job(key) if self.share_results else None
         if job_id is None:
@@ -267,7 +265,7 @@ class JobStore(ABC):
         return self._update(by.job_id, lambda j: _jobs.renew(j, by, now=self.clock(), lease_s=self.lease_s,
                                                              progress=progress, solver_pid=solver_pid))
 
-    def mark_finished(self, by: Claim, result: Mapping[str, Any]) -> Job | None:
+    def mark_finished(self, by: Claim, result: ResultDocument) -> Job | None:
         return self._update(by.job_id, lambda j: _jobs.finish(j, by, now=self.clock(), result=result),
                             result=result)
 

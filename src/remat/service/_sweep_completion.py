@@ -53,8 +53,8 @@ def _complete(store: JobStore, sweep: Sweep, dispatch: Callable[[Job], None], ca
     if any(job_id in jobs and not jobs[job_id].status.terminal for job_id in sources.values()):
         return None
     summaries = store.result_summaries([job_id for job_id in sources.values() if job_id in jobs])
-    natural = {s: int(summaries[j]["peak_memory"]) for s, j in sources.items()
-               if summaries.get(j, {}).get("peak_memory") is not None}
+    peaks = {j: summary.peak_memory for j, summary in summaries.items()}
+    natural = {s: peak for s, j in sources.items() if (peak := peaks.get(j)) is not None}
     budgets = sorted(set(natural.values()) - {p.budget for p in sweep.points})
     specs = {p.strategy: jobs[p.job_id].spec for p in sweep.points if p.job_id in jobs}
     if specs and budgets and token_load(store, sweep.token).slots + len(specs) * len(budgets) > cap:

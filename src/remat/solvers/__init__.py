@@ -15,10 +15,11 @@ from ._context import (
     Stop,
     StopReason,
 )
+from ._document import FITTING_STATUSES, RESULT_BULK, RESULT_FORMAT, ResultDocument, ResultStatus
 from ._max_batch import BatchSearch, BatchTrial, MaxBatch, cost_cap, max_batch
 from ._options import Option, OptionKind
 from ._registry import STRATEGIES, get_strategy
-from ._result import FITTING_STATUSES, RESULT_FORMAT, Result, ResultStatus
+from ._result import Result
 from ._solve import solve
 from ._strategy import Strategy, StrategyKind, check_chain, check_training_graph, every_graph
 from ._supervise import SOLVE_GRACE_S, StopThenKill
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
     "FITTING_STATUSES",
+    "RESULT_BULK",
     "RESULT_FORMAT",
     "SOLVE_GRACE_S",
     "STRATEGIES",
@@ -53,6 +55,7 @@ __all__ = [
     "Outcome",
     "Progress",
     "Result",
+    "ResultDocument",
     "ResultStatus",
     "SolveContext",
     "Stop",

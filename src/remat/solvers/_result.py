@@ -1,41 +1,16 @@
-"""remat.result/v1: a strategy's answer after simulation."""
+"""A strategy's answer after simulation, which writes its remat.result/v1 (a ResultDocument)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Final
+from typing import Any
 
 from remat.schedules import Graph, Plan, Schedule, Simulation, Transfer
 
 from ._context import relative_gap
+from ._document import ResultDocument, ResultStatus
 
-__all__ = ["FITTING_STATUSES", "RESULT_FORMAT", "Result", "ResultStatus"]
-
-RESULT_FORMAT: Final = "remat.result/v1"
-
-
-class ResultStatus(StrEnum):
-    """How a solve ended; the values are the wire strings of docs/results.md."""
-
-    OPTIMAL = "optimal"
-    """The plan fits and is proved optimal within the requested gap."""
-    FEASIBLE = "feasible"
-    """The plan fits; optimality is not proved."""
-    OVER_BUDGET = "over_budget"
-    """A heuristic's best plan does not fit the budget; plan and peak are still given."""
-    INFEASIBLE = "infeasible"
-    """Proved: no plan fits the budget."""
-    TIMEOUT = "timeout"
-    """Nothing was found in time and no fallback applied."""
-    CANCELLED = "cancelled"
-    """Stopped on request; the best plan found so far, if any, is given."""
-    ERROR = "error"
-    """The solver failed; ``log`` says why."""
-
-
-FITTING_STATUSES = (ResultStatus.OPTIMAL, ResultStatus.FEASIBLE)
-"""The statuses of a result whose plan fits the budget (compare wire strings with ``in``)."""
+__all__ = ["Result"]
 
 
 @dataclass
@@ -89,33 +64,36 @@ class Result:
         """Whether the plan's device peak fits the budget, and its host memory the host budget if one was given."""
         return self.simulation is not None and self.simulation.fits(self.budget, self.host_budget)
 
-    def to_json(self, *, log_tail: int = 50, full_schedule: bool = False) -> dict[str, Any]:
-        """The remat.result/v1 document; its schedule in the compact form (which grows with the plan), or with
-        ``full_schedule`` every stage's whole retained set (stages x nodes entries at worst)."""
+    def document(self, *, log_tail: int = 50, full_schedule: bool = False) -> ResultDocument:
+        """The remat.result/v1 of this outcome; its schedule in the compact form (which grows with the plan), or
+        with ``full_schedule`` every stage's whole retained set (stages x nodes entries at worst)."""
         g = self.graph
-        return {
-            "format": RESULT_FORMAT,
-            "graph_name": g.name,
-            "graph_sha256": g.sha256,
-            "strategy": self.strategy,
-            "backend": self.backend,
-            "status": self.status.value,
-            "budget": self.budget,
-            "peak_memory": self.peak_memory,
-            "cost": self.cost,
-            "base_cost": g.base_cost,
-            "overhead": self.overhead,
-            "lower_bound": self.lower_bound,
-            "gap": self.gap,
-            "host_peak_memory": self.host_peak_memory,
-            "host_budget": self.host_budget,
-            "transfer": None if self.transfer is None else self.transfer.to_json(),
-            "min_feasible_budget": g.min_feasible_budget,
-            "smallest_peak": self.smallest_peak,
-            "checkpoint_all_peak": g.checkpoint_all_peak,
-            "solve_time_s": round(self.solve_time_s, 4),
-            "schedule": self.schedule.to_json(g, full=full_schedule) if self.schedule is not None else None,
-            "plan": self.plan.to_json(g) if self.plan is not None else None,
-            "fallback": self.fallback,
-            "log": self.log[-log_tail:],
-        }
+        return ResultDocument(
+            graph_name=g.name,
+            graph_sha256=g.sha256,
+            strategy=self.strategy,
+            backend=self.backend,
+            status=self.status,
+            budget=self.budget,
+            peak_memory=self.peak_memory,
+            cost=self.cost,
+            base_cost=g.base_cost,
+            overhead=self.overhead,
+            lower_bound=self.lower_bound,
+            gap=self.gap,
+            host_peak_memory=self.host_peak_memory,
+            host_budget=self.host_budget,
+            transfer=self.transfer,
+            min_feasible_budget=g.min_feasible_budget,
+            smallest_peak=self.smallest_peak,
+            checkpoint_all_peak=g.checkpoint_all_peak,
+            solve_time_s=round(self.solve_time_s, 4),
+            schedule=self.schedule.to_json(g, full=full_schedule) if self.schedule is not None else None,
+            plan=self.plan.to_json(g) if self.plan is not None else None,
+            fallback=self.fallback,
+            log=tuple(self.log[-log_tail:]),
+        )
+
+    def to_json(self, *, log_tail: int = 50, full_schedule: bool = False) -> dict[str, Any]:
+        """The remat.result/v1 dict: :meth:`document`'s JSON."""
+        return self.document(log_tail=log_tail, full_schedule=full_schedule).to_json()

@@ -36,8 +36,9 @@ from ._context import (
     StopReason,
     default_threads,
 )
+from ._document import ResultStatus
 from ._registry import get_strategy
-from ._result import Result, ResultStatus
+from ._result import Result
 from ._watch import watching
 
 __all__ = ["solve"]

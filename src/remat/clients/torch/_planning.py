@@ -179,7 +179,7 @@ class Planner:
             from remat.clients.http import Client
 
             with Client(self.server) as client:
-                return client.solve(graph, budget=budget, strategy=self.strategy, **copies, **self.options)
+                return client.solve(graph, budget=budget, strategy=self.strategy, **copies, **self.options).to_json()
         from remat.solvers import solve
 
         transfer = Transfer.from_json(copies["transfer"]) if copies else None

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from remat.report import PlanStats, SweepCell, SweepView, job_figures
 from remat.schedules import Graph
+from remat.solvers import ResultDocument
 
 from .._errors import JobNotFound
 from .._jobs import Job, JobStatus
@@ -56,7 +57,7 @@ class _Memo(Generic[K, V]):
         return self.get_many([key], lambda _: {key: load()})[key]
 
 
-_SUMMARIES: _Memo[tuple[str, float | None], dict[str, Any]] = _Memo(20_000)
+_SUMMARIES: _Memo[tuple[str, float | None], ResultDocument] = _Memo(20_000)
 """Result summaries of ended jobs, by (job id, end time)."""
 _BOUNDS: _Memo[str, tuple[int, int]] = _Memo(256)
 """(smallest feasible budget, checkpoint-all peak) of graphs, by sha256."""
@@ -74,11 +75,11 @@ def _bounds(service: Service, sha256: str) -> tuple[int, int]:
     return _BOUNDS.get(sha256, load)
 
 
-def _summaries(service: Service, jobs: Iterable[Job]) -> dict[str, dict[str, Any]]:
+def _summaries(service: Service, jobs: Iterable[Job]) -> dict[str, ResultDocument]:
     """The result summaries of the ended ones among ``jobs``, by job id."""
     keys = [(j.id, j.finished_at) for j in jobs if j.status.terminal]
 
-    def load(missing: list[tuple[str, float | None]]) -> dict[tuple[str, float | None], dict[str, Any]]:
+    def load(missing: list[tuple[str, float | None]]) -> dict[tuple[str, float | None], ResultDocument]:
         ended = dict(missing)
         return {(i, ended[i]): s for i, s in service.store.result_summaries(list(ended)).items()}
 
@@ -116,7 +117,7 @@ class JobView:
     """A job as its page shows it: the job, its result, its plan's figures and statistics."""
 
     job: dict[str, Any]
-    result: dict[str, Any] | None
+    result: ResultDocument | None
     figures: dict[str, Any] = field(default_factory=dict)
     stats: PlanStats | None = None
     notice: str | None = None
@@ -140,8 +141,8 @@ def load_job(service: Service, job: Job) -> JobView:
 
 def _job_view(service: Service, job: Job) -> JobView:
     public = JobPublic.of(job, with_result=False).model_dump()
-    result = dict(job.result) if job.result is not None else None
-    if result is None or result.get("plan") is None:
+    result = job.result
+    if result is None or result.plan is None:
         return JobView(public, result)
     try:
         graph = _graph(service, job.spec.graph_sha256)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -40,10 +41,10 @@ async def get_job(job_id: IdPath, service: ServiceDep, token: TokenDep,
                   schedule: ScheduleForm = "compact") -> JSONResponse:
     """Status, progress (elapsed, incumbent cost, lower bound, gap) and, once done, the result."""
     job = await run_in_threadpool(service.job, job_id, token)
-    body = JobPublic.of(job).model_dump(mode="json")
-    if schedule == "full" and body["result"] is not None:
-        body["result"]["schedule"] = await run_in_threadpool(service.full_schedule, job)
-    return JSONResponse(body)
+    if schedule == "full" and job.result is not None:
+        full = await run_in_threadpool(service.full_schedule, job)
+        job = replace(job, result=replace(job.result, schedule=full))
+    return JSONResponse(JobPublic.of(job).model_dump(mode="json"))
 
 
 @router.post("/{job_id}/cancel", operation_id="cancel_job", response_model=JobPublic,

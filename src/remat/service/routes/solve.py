@@ -25,6 +25,6 @@ async def solve(body: SolveRequest, service: ServiceDep, token: TokenDep) -> JSO
     job = await service.wait(job.id, service.wait_s(body.wait_s))
     where = f"/v1/jobs/{job.id}"
     if job.status.terminal and job.result is not None:
-        return JSONResponse(dict(job.result), headers={"Content-Location": where})
+        return JSONResponse(job.result.to_json(), headers={"Content-Location": where})
     headers = {"Location": where} if job.status.terminal else {"Location": where, "Retry-After": "1"}
     return JSONResponse(JobPublic.of(job).model_dump(mode="json"), status_code=202, headers=headers)

@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from starlette.responses import JSONResponse, StreamingResponse
 
+from remat.solvers import ResultDocument
+
 from .._deps import IdPath, ServiceDep, TokenDep
 from .._jobs import Job
 from .._problems import PROBLEM_RESPONSES
@@ -60,14 +62,14 @@ def _document(head: dict[str, Any], jobs: list[Job], service: Service, *, full: 
     yield _json(head)[:-1].encode() + b',"results":['
     ended = [j.id for j in jobs if j.status.terminal]
     if full:
-        results: Iterator[dict[str, Any] | None] = (service.job_result(job_id) for job_id in ended)
+        results: Iterator[ResultDocument | None] = (service.job_result(job_id) for job_id in ended)
     else:
         summaries = service.store.result_summaries(ended)
         results = (summaries.get(job_id) for job_id in ended)
     separator = b""
     for result in results:
         if result is not None:
-            yield separator + _json(result).encode()
+            yield separator + _json(result.to_json(summary=not full)).encode()
             separator = b","
     yield b"]}"
 
