@@ -31,6 +31,7 @@ from remat.schedules import Graph, InvalidRequest, Plan, Simulation, parse_size
 from ._backend import PlannedGraph, RematBackend
 from ._cache import PlanCache
 from ._capture import DryRun, LossFn, compile_step, error_to_show, split_inputs, tracing
+from ._data_parallel import data_parallel_bucket_bytes
 from ._errors import CaptureError
 from ._explain import Explanation, backward_starts, explain
 from ._joint import JointGraph
@@ -64,8 +65,9 @@ class RematModule(nn.Module):
         self.model = model
         self.loss_fn = loss_fn
         self.backend = backend
-        self._steps: dict[bool, Callable[..., Any]] = {}
-        """The compiled step for steps that start without gradients (False) and for steps that add into them."""
+        self._steps: dict[tuple[bool, int], Callable[..., Any]] = {}
+        """The compiled step by whether it adds into gradients the parameters hold and by the bytes of the gradient
+        buckets of the DistributedDataParallel that runs it (0 without one)."""
         self._register_load_state_dict_pre_hook(_under_model)  # type: ignore[no-untyped-call]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -90,12 +92,12 @@ class RematModule(nn.Module):
 
     def _step(self) -> Callable[..., Any]:
         """The compiled step for the parameters as they are: a step that adds into gradients they already hold
-        (gradient accumulation) holds those too, so it has a plan of its own."""
-        accumulating = any(p.grad is not None for p in self.model.parameters())
-        if accumulating not in self._steps:
-            self._steps[accumulating] = compile_step(self.model, self.loss_fn, self.backend,
-                                                     self.backend.backward_from)
-        return self._steps[accumulating]
+        (gradient accumulation) holds those too, and one that a DistributedDataParallel runs holds its buckets,
+        so each has a plan of its own."""
+        key = (any(p.grad is not None for p in self.model.parameters()), data_parallel_bucket_bytes())
+        if key not in self._steps:
+            self._steps[key] = compile_step(self.model, self.loss_fn, self.backend, self.backend.backward_from)
+        return self._steps[key]
 
     def _plan_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Capture and plan the step for these inputs without running it (a dry run)."""

@@ -30,9 +30,11 @@ from torch import fx, nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation, format_size
+from remat.solvers import FITTING_STATUSES
 
 from ._capture import DryRun
 from ._costs import node_costs
+from ._data_parallel import data_parallel_bucket_bytes
 from ._errors import CaptureError, PlanRejected, through_torch_compile
 from ._inductor_order import INDUCTOR_CONFIG
 from ._joint import InputKind, JointGraph, describe
@@ -190,6 +192,9 @@ class RematBackend:
         inherited = self._inherited.pop((graph.sha256, budget), None)
         solved, source = (dict(inherited.result), inherited.source) if inherited is not None else \
             self.planner.result(graph, budget, what=joint.name, transfer=transfer)
+        if self._leanest_will_do and solved.get("status") not in FITTING_STATUSES and solved.get("smallest_peak"):
+            budget = solved["smallest_peak"]
+            solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
         plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
                                         host_budget=self.planner.host_budget)
         result: Mapping[str, Any] = solved
@@ -200,9 +205,17 @@ class RematBackend:
         if self.compiler == "inductor":
             result, plan, simulation = _random_ops_once(graph, joint, solved, plan, simulation, budget)
         steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
-        self._held[frame] = int(simulation.timeline[split_point(joint, steps) - 1])
+        # every graph of the step counts the buckets of a DDP that runs it: they are held once
+        at_split = int(simulation.timeline[split_point(joint, steps) - 1])
+        self._held[frame] = at_split - joint.fixed["data_parallel_buckets"]
         self._record(PlannedGraph(joint, graph, result, plan, simulation, budget, source), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
+
+    @property
+    def _leanest_will_do(self) -> bool:
+        """Whether a graph that cannot hold as little as its budget is planned at the least it can hold: a graph of a
+        step that graph breaks split (DDP's buckets, a loss apart) under a fraction, which is the step's to keep."""
+        return not self.whole_steps and self.budget is not None and self.budget.activations is not None
 
     def _record(self, planned: PlannedGraph, *, replacing: PlannedGraph | None) -> None:
         """Add ``planned`` to the plans made, in the place of the inherited plan it follows if ``replacing`` one."""
@@ -260,7 +273,8 @@ class _Partition:
         ]
         self.accumulating = _accumulating(args, kinds)
         joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
-                         drop_outputs=self.drop_outputs, accumulating=self.accumulating)
+                         drop_outputs=self.drop_outputs, accumulating=self.accumulating,
+                         buckets=data_parallel_bucket_bytes())
         with unset_fake_temporarily():
             graph = self.backend.costed(joint, args)
         if self.backend.planner is None:

@@ -47,9 +47,11 @@ class DryRun(Exception):
 
 @contextlib.contextmanager
 def tracing() -> Iterator[None]:
-    """TorchDynamo's settings while a step is traced: logging calls are skipped instead of breaking the graph."""
+    """TorchDynamo's settings while a step is traced: logging calls are skipped instead of breaking the graph, and
+    a step that DistributedDataParallel runs stays one graph (not split at its buckets), so its plan is the whole
+    step's (DDP then all-reduces the gradients after the backward)."""
     ignored = {getattr(logging.Logger, name) for name in _LOG_METHODS if hasattr(logging.Logger, name)}
-    with torch._dynamo.config.patch(ignore_logging_functions=ignored):
+    with torch._dynamo.config.patch(ignore_logging_functions=ignored, optimize_ddp=False):
         yield
 
 

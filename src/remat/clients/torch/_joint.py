@@ -15,7 +15,8 @@ both resident, that output is counted twice, so a plan never holds less than the
 What stays resident through the step is fixed memory, not a node: parameters, buffers, inputs and
 tensor constants; the step's outputs and their gradients (tangents), held from the forward to the
 end of the backward; saved random states and copies of inputs the step updates in place; and,
-when the step adds into gradients the parameters already hold (gradient accumulation), those.
+when the step adds into gradients the parameters already hold (gradient accumulation), those; and
+the gradient buckets of a DistributedDataParallel that runs the step (:mod:`._data_parallel`).
 A producer of a value the step returns holds nothing more (its node has no memory, and a plan that
 computes it again reuses the first value); a producer that returns such a value besides others
 (batch norm's new running statistics) counts all its outputs, since computing it again allocates
@@ -69,9 +70,10 @@ losses), where the trace's fake tensor has the scalar's bytes alone."""
 InputKind = Literal["parameter", "buffer", "input"]
 """What a primal input of the joint graph is: a parameter, a buffer (module state) or a step input."""
 
-RESIDENT = ("parameters", "buffers", "inputs", "constants", "gradients")
-"""The parts of fixed memory a step holds whether or not it rematerializes: its state, its inputs and
-the gradients the parameters already hold (when the step accumulates into them). The rest of a step's
+RESIDENT = ("parameters", "buffers", "inputs", "constants", "gradients", "data_parallel_buckets")
+"""The parts of fixed memory a step holds whether or not it rematerializes: its state, its inputs, the
+gradients the parameters already hold (when the step accumulates into them) and a DistributedDataParallel's
+gradient buckets. The rest of a step's
 peak is its activation memory, the new gradients included."""
 
 
@@ -169,14 +171,15 @@ class JointGraph:
 
 
 def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Sequence[InputKind], name: str,
-             drop_outputs: bool = False, accumulating: bool = False) -> JointGraph:
+             drop_outputs: bool = False, accumulating: bool = False, buckets: int = 0) -> JointGraph:
     """The producer view of AOTAutograd's joint graph ``gm``.
 
     ``input_kinds`` says what each primal (non-tangent) placeholder is, in order. With
     ``drop_outputs``, the step's outputs without gradient are held until the end of the forward only
     (the caller drops them before the backward); else every output is held to the end of the step.
     With ``accumulating``, the parameters already hold gradients that the step adds into: they are
-    fixed memory (the new gradients are nodes either way). Raises CaptureError for graphs remat cannot
+    fixed memory (the new gradients are nodes either way). ``buckets`` are the bytes of the gradient buckets
+    of a DistributedDataParallel that runs the step, fixed memory too. Raises CaptureError for graphs remat cannot
     plan (symbolic shapes, values of unknown size).
     """
     graph = gm.graph
@@ -261,7 +264,8 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
                               deps=tuple(dict.fromkeys(r for r in grads if r in made))))
     rng_states = {n.name: _rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n)}
     fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned,
-                          sum(gradients.values()) if accumulating else 0, sum(rng_states.values()), mutated_inputs)
+                          sum(gradients.values()) if accumulating else 0, sum(rng_states.values()), mutated_inputs,
+                          buckets)
     return JointGraph(
         module=gm,
         name=name,
@@ -475,7 +479,7 @@ def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Nod
 
 def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], constants: Sequence[fx.Node],
                   tangents: Sequence[fx.Node], pinned: Mapping[StorageWeakRef, int], gradients: int,
-                  rng_states: int, mutated: Sequence[fx.Node]) -> dict[str, int]:
+                  rng_states: int, mutated: Sequence[fx.Node], buckets: int) -> dict[str, int]:
     """Resident bytes by category; each storage counted once (tied weights share one).
 
     ``gradients`` are those the parameters hold before the step (0 unless it accumulates into them),
@@ -507,6 +511,7 @@ def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], consta
         "outputs": sum(pinned.values()),
         "rng_states": rng_states,
         "mutated_copies": sum(b for n in mutated for _, b in _storages(n.meta.get("val"))),
+        "data_parallel_buckets": buckets,
     }
 
 
