@@ -4,6 +4,7 @@ A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``; :func:`so
 place that turns an outcome into a simulated :class:`Result`.
 """
 
+from ._children import Child, ChildFailed, Parent, spawn
 from ._context import (
     DEFAULT_CONVERGENCE,
     DEFAULT_MIP_GAP,
@@ -46,11 +47,14 @@ __all__ = [
     "SWEEP_POINTS",
     "BatchSearch",
     "BatchTrial",
+    "Child",
+    "ChildFailed",
     "Convergence",
     "MaxBatch",
     "Option",
     "OptionKind",
     "Outcome",
+    "Parent",
     "Progress",
     "Result",
     "ResultStatus",
@@ -76,6 +80,7 @@ __all__ = [
     "revolve_schedule",
     "segment_schedule",
     "solve",
+    "spawn",
     "sweep_budgets",
     "sweep_strategies",
 ]
