@@ -90,15 +90,12 @@ class ChildFailed:
     traceback: str
 
 
-_CLOSE = object()
-"""Ends a :class:`Child`'s writer thread."""
-
-
 class Child:
     """A running child process, seen from its parent: send, receive, stop, kill, close.
 
-    Frames to the child go through a queue and a thread of their own, so that sending never waits
-    for the child (a large request blocks until a new process has started and reads it).
+    A message to the child is pickled at once, in the sender's thread (it may change afterwards), and
+    the frame goes out through a queue and a thread of their own, so that sending never waits for the
+    child (a large request blocks until a new process has started and reads it).
     """
 
     def __init__(self, process: subprocess.Popen[bytes] | BaseProcess, conn: Connection, launch: Launch[Any],
@@ -110,8 +107,8 @@ class Child:
         """Whether the child's frames have ended (it exited, or is about to)."""
         self.tail: deque[str] = deque(maxlen=output_lines or None)
         """The last lines the child printed (when spawned with ``output_lines``)."""
-        self._outbox: SimpleQueue[object] = SimpleQueue()
-        self._outbox.put(launch)
+        self._outbox: SimpleQueue[bytes | None] = SimpleQueue()
+        self.send(launch)
         self._threads = [threading.Thread(target=self._write, daemon=True)]
         output = process.stdout if isinstance(process, subprocess.Popen) else None
         if output is not None:
@@ -132,8 +129,8 @@ class Child:
         return process.poll() if isinstance(process, subprocess.Popen) else process.exitcode
 
     def send(self, message: object) -> None:
-        """Queue ``message`` for the child (dropped once the child is gone)."""
-        self._outbox.put(message)
+        """Queue ``message`` for the child (dropped once the child is gone), pickled now, as it is now."""
+        self._outbox.put(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
     def stop(self, reason: StopReason | None = None) -> None:
         """Ask the child to stop (for ``reason``) and send what it has."""
@@ -195,7 +192,7 @@ class Child:
         if not self.wait(0.01):
             self.kill()
             self.wait(timeout_s)
-        self._outbox.put(_CLOSE)
+        self._outbox.put(None)
         for thread in self._threads:
             thread.join(1.0)
         self._conn.close()
@@ -203,9 +200,9 @@ class Child:
             self._process.stdout.close()
 
     def _write(self) -> None:
-        while (message := self._outbox.get()) is not _CLOSE:
+        while (frame := self._outbox.get()) is not None:
             try:
-                self._conn.send(message)
+                self._conn.send_bytes(frame)
             except (OSError, ValueError):  # the child is gone: what is still queued no longer matters
                 return
 
