@@ -17,10 +17,12 @@ the service's solves). With ``own_group`` it leads a process group of its own, w
 parent's group, so that killing the parent's group takes it too.
 
 No child outlives its parent. Its watchdog thread reads the parent's frames; at their end (the parent
-is gone) it stops the work and, ``grace_s`` later, ends the child and its group. On Linux, where that
-thread cannot run (an engine holding the interpreter in C code, a stopped process), the kernel kills
-the child when its parent exits (``PR_SET_PDEATHSIG``); a child forked from a forkserver lets the
-forkserver exit as soon as the process that asked for the child is gone.
+is gone) it stops the work and, ``grace_s`` later, ends the child and its group. A child forked from a
+forkserver lets the forkserver exit as soon as the process that asked for the child is gone, and on
+Linux the kernel kills it when the forkserver exits (``PR_SET_PDEATHSIG``), for when that thread
+cannot run (a solver holding the interpreter in C code, a stopped process); the children it started
+in turn see their input end. (A fresh child gets no such signal: killed at once, it could not kill
+its group, and CBC's executable would run on.)
 """
 
 from __future__ import annotations
@@ -236,7 +238,7 @@ def spawn(entry: Callable[[Parent, R], None], request: R, *, own_group: bool, gr
     mine, theirs = socket.socketpair()
     with theirs:
         popen = subprocess.Popen(
-            [sys.executable, "-c", _MAIN, str(theirs.fileno()), str(os.getpid())], pass_fds=(theirs.fileno(),),
+            [sys.executable, "-c", _MAIN, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if output_lines else subprocess.DEVNULL,
             stderr=subprocess.STDOUT if output_lines else subprocess.DEVNULL,
         )
@@ -301,10 +303,9 @@ class Parent:
 
 
 def _main() -> None:
-    """A fresh child: ``sys.argv`` holds its connection's file descriptor and its parent's pid."""
-    fd, parent = (int(arg) for arg in sys.argv[1:3])
+    """A fresh child: ``sys.argv[1]`` is its connection's file descriptor."""
     try:
-        _serve(Connection(fd), parent)
+        _serve(Connection(int(sys.argv[1])))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -314,12 +315,12 @@ def _main() -> None:
 def _forked(conn: Connection) -> None:
     """A child forked from the forkserver: the forkserver is its parent, and must not wait for it."""
     _leave_forkserver()
-    _serve(conn, os.getppid())
+    _die_with(os.getppid())
+    _serve(conn)
 
 
-def _serve(conn: Connection, parent: int) -> None:
+def _serve(conn: Connection) -> None:
     """Read the launch frame and run its entry with the watchdog; a failure goes back as :class:`ChildFailed`."""
-    _die_with(parent)
     try:
         launch: Launch[Any] = conn.recv()
     except (EOFError, OSError):
