@@ -16,7 +16,9 @@ from typing import TypeVar
 import httpx
 import redis
 
-from remat.solvers.backends._process import read_frame, write_frame
+from remat.schedules import Graph
+from remat.solvers import spawn
+from remat.solvers.checkmate._anneal_worker import BestCost, HelperRequest, run_helper
 
 T = TypeVar("T")
 
@@ -209,25 +211,20 @@ def brief(job: dict) -> dict:
     return {k: v for k, v in job.items() if k != "result"}
 
 
-def helper_messages(doc: dict[str, object], budget: int, tasks: tuple[str, ...], time_limit_s: float = 30,
-                    explained: float = 0.0, told: float | None = None) -> list[tuple]:
+def helper_messages(graph: Graph, budget: int, tasks: tuple[str, ...], time_limit_s: float = 30,
+                    explained: float = 0.0, told: float | None = None) -> list[object]:
     """Everything a checkmate helper process sends for one request (MIP bound at once by default), until it
     ends; ``told``: a best cost the parent tells it of right after the request."""
-    proc = subprocess.Popen([sys.executable, "-m", "remat.solvers.checkmate._anneal_worker"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-    write_frame(proc.stdin, (doc, budget, 1, time_limit_s, tasks, explained))
+    child = spawn(run_helper, HelperRequest(graph, budget, 1, time_limit_s, tasks, explained), own_group=False)
     if told is not None:
-        write_frame(proc.stdin, ("best", told))
+        child.send(BestCost(told))
     messages = []
     try:
-        while True:
-            messages.append(read_frame(proc.stdout))
-    except EOFError:
-        pass
-    proc.stdin.close()
-    proc.stdout.close()
-    assert proc.wait(10) == 0
+        while not child.ended:
+            messages.extend(child.receive(1.0))
+        assert child.wait(10) and child.exitcode == 0
+    finally:
+        child.close()
     return messages
 
 

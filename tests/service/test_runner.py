@@ -10,8 +10,9 @@ import pytest
 from factories import chain
 
 from remat.service import Claim, SolveSpec, SqliteStore
+from remat.service._child import Solved
 from remat.service._runner import RunnerConfig, _Supervisor
-from remat.solvers import Stop, StopReason, solve
+from remat.solvers import ChildFailed, Stop, StopReason, solve
 
 TRACEBACK = ('Traceback (most recent call last):\n  File "/opt/venv/lib/python3.11/site-packages/remat/solvers/'
              '_solve.py", line 82, in solve\nKeyError: \'secret-internal-name\'\n')
@@ -28,9 +29,9 @@ class _CrashingChild:
     def alive(self) -> bool:
         return not self.sent
 
-    def receive(self, timeout_s: float) -> list[tuple[str, str]]:
+    def receive(self, timeout_s: float) -> list[ChildFailed]:
         self.sent = True
-        return [("crash", TRACEBACK)]
+        return [ChildFailed("KeyError", "'secret-internal-name'", TRACEBACK)]
 
 
 def test_a_crash_reaches_the_log_but_only_its_exception_name_reaches_the_job(tmp_path: Path,
@@ -58,12 +59,12 @@ class _SlowChild:
     def alive(self) -> bool:
         return True
 
-    def receive(self, timeout_s: float) -> list[tuple[str, dict]]:
+    def receive(self, timeout_s: float) -> list[Solved]:
         if not self.stopped_for:
             return []
         stop = Stop()
         stop.request(self.stopped_for[0])
-        return [("result", solve(chain(4), budget_ratio=1.0, strategy="checkpoint-all", stop_event=stop).to_json())]
+        return [Solved(solve(chain(4), budget_ratio=1.0, strategy="checkpoint-all", stop_event=stop).document())]
 
     def stop(self, reason: StopReason) -> None:
         self.stopped_for.append(reason)

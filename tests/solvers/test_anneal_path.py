@@ -21,6 +21,7 @@ from remat.solvers import Progress, ResultStatus, SolveContext, Stop, solve
 from remat.solvers.baselines import best_baseline
 from remat.solvers.checkmate import MILP_NODES, PATHS
 from remat.solvers.checkmate._anneal import _Helper, _Pool
+from remat.solvers.checkmate._anneal_worker import BaselineFound, BoundFound, ChainBest, WindowInfeasible
 
 
 def ratio_for(g: Graph) -> float:
@@ -57,11 +58,11 @@ def test_the_path_is_picked_by_size() -> None:
 def test_the_retention_bounds_never_exceed_the_exhaustive_optimum(g: Graph) -> None:
     budget = (g.min_feasible_budget + g.checkpoint_all_peak) // 2
     optimum = stage_optima(g, [budget])[0]
-    messages = helper_messages(g.to_json(), budget, ("bound",))
-    if any(kind == "infeasible" for kind, *_ in messages):  # a window proved it first: then there is no bound to check
+    messages = helper_messages(g, budget, ("bound",))
+    if any(isinstance(m, WindowInfeasible) for m in messages):  # a window proved it first: no bound to check
         assert optimum == math.inf
         return
-    bounds = [(how, value) for kind, value, how in messages if kind == "bound"]
+    bounds = [(m.how, m.value) for m in messages if isinstance(m, BoundFound)]
     lps = [value for how, value in bounds if how.startswith("retention LP")]
     assert lps == sorted(lps) and lps[0] >= g.base_cost - 1e-9  # more stages, higher bounds
     assert lps[-1] <= dict(bounds).get("retention MIP", math.inf)
@@ -75,7 +76,7 @@ def test_the_documented_bounds_of_a_four_node_graph() -> None:
         {"id": "b", "deps": ["a"], "cost": 1, "memory": 2},
         {"id": "c", "deps": ["b"], "cost": 1, "memory": 2},
         {"id": "d", "deps": ["a", "c"], "cost": 1, "memory": 1}]})
-    bounds = {how: value for kind, value, how in helper_messages(g.to_json(), 7, ("bound",)) if kind == "bound"}
+    bounds = {m.how: m.value for m in helper_messages(g, 7, ("bound",)) if isinstance(m, BoundFound)}
     assert bounds == pytest.approx({"retention LP, all stages": 4.25, "retention MIP": 5.0}, rel=1e-5)
     assert stage_optima(g, [7]) == [5.0]
 
@@ -84,9 +85,8 @@ def test_the_lp_bounds_rise_over_the_rungs_and_count_what_recomputing_needs() ->
     # rl500 at 0.6: the LP over every stage whose row can bind gave 4.79 % before the rows for what
     # recomputing a value needs; 4 and 16 stages now give 8.3 and 10.4 % (plans: 62 %).
     g = benchmark_graph("rl500")
-    messages = helper_messages(g.to_json(), resolve_budget(g, budget_ratio=0.6), ("bound",), time_limit_s=10,
-                               explained=1.0)
-    lps = [(how, value) for kind, value, how in messages if kind == "bound"]
+    messages = helper_messages(g, resolve_budget(g, budget_ratio=0.6), ("bound",), time_limit_s=10, explained=1.0)
+    lps = [(m.how, m.value) for m in messages if isinstance(m, BoundFound)]
     assert [how for how, _ in lps[:2]] == ["retention LP, 4 stages", "retention LP, 16 stages"]
     assert [value for _, value in lps] == sorted({value for _, value in lps})
     assert lps[-1][1] > 1.1 * g.base_cost
@@ -96,9 +96,8 @@ def test_on_the_12_block_gpt_at_half_its_peak_the_bound_counts_recomputation_cha
     # Dropping the attention probabilities means computing the scores again too (they were not kept):
     # the relaxation that charged only the probabilities bounded 8.6 %; plans reach 14 %.
     g = benchmark_graph("captured/gpt-12")
-    messages = helper_messages(g.to_json(), resolve_budget(g, budget_ratio=0.5), ("bound",), time_limit_s=10,
-                               explained=1.0)
-    assert max(value for kind, value, _ in messages if kind == "bound") > 1.13 * g.base_cost
+    messages = helper_messages(g, resolve_budget(g, budget_ratio=0.5), ("bound",), time_limit_s=10, explained=1.0)
+    assert max(m.value for m in messages if isinstance(m, BoundFound)) > 1.13 * g.base_cost
 
 
 LP_RUNGS_SOLVED = """
@@ -126,14 +125,14 @@ def test_the_lp_rungs_stop_at_the_first_that_does_not_raise_the_bound() -> None:
 def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:
     g = benchmark_graph("vgg_unet")
     budget = resolve_budget(g, budget_ratio=0.7)
-    messages = helper_messages(g.to_json(), budget, ("baselines", "bound", "anneal"), time_limit_s=4)
-    kinds = [m[0] for m in messages]
-    assert kinds.index("baseline") < kinds.index("bound") < kinds.index("best")
-    baseline = next(m for m in messages if m[0] == "baseline")
-    plans = [m[1] for m in messages if m[0] == "best"]
-    assert best_baseline(g, budget, SolveContext()).cost == baseline[4]
+    messages = helper_messages(g, budget, ("baselines", "bound", "anneal"), time_limit_s=4)
+    kinds = [type(m) for m in messages]
+    assert kinds.index(BaselineFound) < kinds.index(BoundFound) < kinds.index(ChainBest)
+    baseline = next(m for m in messages if isinstance(m, BaselineFound))
+    plans = [m.cost for m in messages if isinstance(m, ChainBest)]
+    assert best_baseline(g, budget, SolveContext()).cost == baseline.cost
     assert plans == sorted(plans, reverse=True)
-    assert max(m[1] for m in messages if m[0] == "bound") <= plans[-1]
+    assert max(m.value for m in messages if isinstance(m, BoundFound)) <= plans[-1]
 
 
 def test_a_helpers_chain_starts_from_the_best_baseline_though_a_better_plan_is_known() -> None:
@@ -141,9 +140,9 @@ def test_a_helpers_chain_starts_from_the_best_baseline_though_a_better_plan_is_k
     # of its peak, 21.7 % within a second from linearized-greedy's 44 %, against 22.1 % in 5 s.
     g = benchmark_graph("vgg_unet")
     budget = resolve_budget(g, budget_ratio=0.7)
-    messages = helper_messages(g.to_json(), budget, ("baselines", "anneal"), time_limit_s=2, told=g.base_cost * 1.001)
-    baseline = next(m for m in messages if m[0] == "baseline")
-    assert next(m for m in messages if m[0] == "best")[1] == baseline[4]  # its first state: the baseline, which fits
+    messages = helper_messages(g, budget, ("baselines", "anneal"), time_limit_s=2, told=g.base_cost * 1.001)
+    baseline = next(m for m in messages if isinstance(m, BaselineFound))
+    assert next(m for m in messages if isinstance(m, ChainBest)).cost == baseline.cost  # its first state: the baseline
 
 
 def test_progress_only_improves_and_bounds_stay_below_the_plan() -> None:
@@ -185,12 +184,12 @@ def test_a_helper_that_died_is_joined_without_an_error() -> None:
     g = chain(6)
     pool = _Pool(g, g.checkpoint_all_peak, SolveContext())
     helper = _Helper(g, g.checkpoint_all_peak, pool, seed=1, time_limit_s=5, tasks=("anneal",))
-    helper.process.kill()
-    helper.process.wait()
+    helper.child.kill()
+    helper.child.wait(10)
     helper.tell(1.0)
     helper.stop()
     helper.join()
-    assert helper.process.stdin is not None and helper.process.stdin.closed
+    assert not helper.child.alive()
 
 
 def test_the_solve_does_not_wait_for_a_helper_to_read_its_request(monkeypatch: pytest.MonkeyPatch,

@@ -26,7 +26,7 @@ def solver_children() -> list[int]:
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == me \
-                    and b"backends._child" in (entry / "cmdline").read_bytes():
+                    and b"remat.solvers._children" in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
         except (OSError, IndexError):
             continue

@@ -14,12 +14,13 @@ from processes import helper_messages
 from remat.schedules import Graph
 from remat.solvers import ResultStatus, solve
 from remat.solvers.checkmate import NEAR_FLOOR, WIDTHS
+from remat.solvers.checkmate._anneal_worker import WindowInfeasible
 
 
 def proof(g: Graph, budget: int) -> tuple[int, int] | None:
     """The window a helper proves infeasible for ``budget`` (its bound task, with no plan known), or None."""
-    messages = helper_messages(g.to_json(), budget, ("bound",), time_limit_s=20)
-    proofs = [(m[1], m[2]) for m in messages if m[0] == "infeasible"]
+    messages = helper_messages(g, budget, ("bound",), time_limit_s=20)
+    proofs = [(m.first, m.last) for m in messages if isinstance(m, WindowInfeasible)]
     return proofs[0] if proofs else None
 
 

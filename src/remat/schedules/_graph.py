@@ -144,6 +144,11 @@ class Graph:
         out.update(node.meta)
         return out
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle of the graph keeps: its validated nodes and metadata, not the cached properties
+        (which other threads may be filling in meanwhile); unpickling checks nothing again."""
+        return {"nodes": self.nodes, "name": self.name, "fixed_memory": self.fixed_memory, "cost_unit": self.cost_unit}
+
     # -- identity -----------------------------------------------------------------------------
 
     @cached_property

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
-from remat.solvers import ResultDocument, StopReason, StopThenKill
+from remat.solvers import Child, ChildFailed, Progress, StopReason, StopThenKill
 
-from ._child import Message, SolverProcess
+from ._child import JobError, Solved, start_solve
 from ._jobs import Claim, Job
 from ._reconnect import UNREACHABLE, Backoff
 from ._store import JobStore
@@ -61,8 +61,8 @@ def run_claimed(store: JobStore, job: Job, *, owner: str, config: RunnerConfig,
     log.info("job %s: attempt %d on %s (%s, budget %d)", job.id, by.attempt, owner, job.spec.strategy,
              job.spec.budget)
     try:
-        child = SolverProcess(job.spec, store.get_graph(job.spec.graph_sha256), threads=config.threads,
-                              max_result_bytes=config.max_result_bytes, ctx=config.ctx)
+        child = start_solve(job.spec, store.get_graph(job.spec.graph_sha256), threads=config.threads,
+                            max_result_bytes=config.max_result_bytes, ctx=config.ctx)
     except Exception as e:
         log.exception("job %s: could not start its solver", job.id)
         return store.mark_failed(by, f"could not start the solver process: {e}")
@@ -91,7 +91,7 @@ def _release_quietly(store: JobStore, by: Claim) -> None:
 class _Supervisor:
     """The loop that watches one solver child: messages, lease, cancel, deadline, kill."""
 
-    def __init__(self, store: JobStore, by: Claim, job: Job, child: SolverProcess, config: RunnerConfig,
+    def __init__(self, store: JobStore, by: Claim, job: Job, child: Child, config: RunnerConfig,
                  stopping: threading.Event) -> None:
         self.store, self.by, self.job, self.child, self.config, self.stopping = store, by, job, child, config, stopping
         self.stopper = StopThenKill.within(job.spec.time_limit_s, self._ask_to_stop, lambda: child.kill(),
@@ -106,10 +106,10 @@ class _Supervisor:
             self.child.kill()
             return None
         while self.child.alive():
-            for kind, payload in self.child.receive(POLL_S):
-                if kind != "progress":
-                    return self._record((kind, payload))
-                self.progress, self.progress_written = payload, False
+            for message in self.child.receive(POLL_S):
+                if not isinstance(message, Progress):
+                    return self._record(message)
+                self.progress, self.progress_written = message.to_json(), False
             if self.stopping.is_set():
                 self.child.kill()
                 log.info("job %s: shutting down; queued again", self.by.job_id)
@@ -185,21 +185,20 @@ class _Supervisor:
             self._store_reachable()
             return written
 
-    def _record(self, message: Message | None) -> Job | None:
+    def _record(self, message: Solved | JobError | ChildFailed | None) -> Job | None:
         """Log how the solve ended and write it to the store (waiting for the store, if need be)."""
         by = self.by
-        if message is not None and message[0] == "result":
-            result = ResultDocument.from_json(message[1])
+        if isinstance(message, Solved):
+            result = message.result
             job = self._write(lambda: self.store.mark_finished(by, result))
             log.info("job %s: %s (%s)", by.job_id, job.status.value if job else "claim lost", result.status.value)
             return job
-        if message is not None and message[0] == "crash":
-            log.error("job %s: the solver crashed:\n%s", by.job_id, message[1])
-            error = (f"the solver failed with an unexpected error ({_exception_name(message[1])}); the server log "
-                     f"has the details")
+        if isinstance(message, ChildFailed):
+            log.error("job %s: the solver crashed:\n%s", by.job_id, message.traceback)
+            error = f"the solver failed with an unexpected error ({message.name}); the server log has the details"
         elif message is not None:
-            log.warning("job %s: the solve failed: %s", by.job_id, message[1])
-            error = message[1]
+            log.warning("job %s: the solve failed: %s", by.job_id, message.error)
+            error = message.error
         else:
             self.child.wait(1.0)
             error = self._death_reason()
@@ -215,14 +214,3 @@ class _Supervisor:
         if self.stopper.reason is StopReason.DEADLINE:
             return f"the solver ran past its time limit of {self.job.spec.time_limit_s:g} s and was killed"
         return f"the solver process ended without a result ({how})"
-
-
-def _exception_name(trace: str) -> str:
-    """The exception's class named on a traceback's last line (``ValueError: ...`` -> ``ValueError``).
-
-    >>> _exception_name("Traceback (most recent call last):\\n  ...\\nKeyError: 'x'\\n")
-    'KeyError'
-    """
-    last = trace.strip().splitlines()[-1] if trace.strip() else ""
-    return last.partition(":")[0].strip() or "unknown"
-

@@ -4,6 +4,7 @@ A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``; :func:`so
 place that turns an outcome into a simulated :class:`Result`.
 """
 
+from ._children import Child, ChildFailed, Parent, spawn
 from ._context import (
     DEFAULT_CONVERGENCE,
     DEFAULT_MIP_GAP,
@@ -48,11 +49,14 @@ __all__ = [
     "SWEEP_POINTS",
     "BatchSearch",
     "BatchTrial",
+    "Child",
+    "ChildFailed",
     "Convergence",
     "MaxBatch",
     "Option",
     "OptionKind",
     "Outcome",
+    "Parent",
     "Progress",
     "Result",
     "ResultDocument",
@@ -79,6 +83,7 @@ __all__ = [
     "revolve_schedule",
     "segment_schedule",
     "solve",
+    "spawn",
     "sweep_budgets",
     "sweep_strategies",
 ]

@@ -1,9 +1,9 @@
 """Stopping a child process in two steps: ask it to stop, then kill it when it has not ended in time.
 
-Three places run work in a child and stop it this way: :func:`remat.solvers.backends.run_backend`
-(an engine's solver process), the checkmate strategy's ``anneal`` helpers, and the service's job
-runner (a whole solve). Each builds a :class:`StopThenKill` from how to ask its child to stop and
-how to kill it; the timing constants below are the only ones.
+Three places run work in a child (:func:`remat.solvers.spawn`) and stop it this way:
+:func:`remat.solvers.backends.run_backend` (an engine's solver process), the checkmate strategy's
+``anneal`` helpers, and the service's job runner (a whole solve). Each builds a :class:`StopThenKill`
+from how to ask its child to stop and how to kill it; the timing constants below are the only ones.
 
 The periods nest: a solve stops its engines and helpers within :data:`GRACE_S`, then simulates its
 plan and sends it, so the service gives a whole solve :data:`SOLVE_GRACE_S`, which is longer.

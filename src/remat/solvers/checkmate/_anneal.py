@@ -25,22 +25,26 @@ has stopped falling).
 from __future__ import annotations
 
 import math
-import pickle
-import queue
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
-from typing import IO
 
 from remat.schedules import Graph, Schedule
 
+from .._children import ChildFailed, spawn
 from .._context import Outcome, SolveContext, Throttle
 from .._supervise import GRACE_S, StopThenKill
 from .._warm import WarmStart
-from ..backends._process import read_frame, write_frame
 from ..search import Annealer, Timeline, timeline_from_schedule
-from ._anneal_worker import MIP_WHEN_EXPLAINED
+from ._anneal_worker import (
+    BaselineFound,
+    BestCost,
+    BoundFound,
+    ChainBest,
+    HelperRequest,
+    Note,
+    WindowInfeasible,
+    run_helper,
+)
 
 __all__ = ["anneal_path"]
 
@@ -180,87 +184,52 @@ class _Pool:
 
 
 class _Helper:
-    """A helper process (:mod:`._anneal_worker`) and the thread that reads what it sends."""
+    """A helper process (:mod:`._anneal_worker`) and the thread that reads what it sends.
+
+    It stays in the solve's process group: killing the solve's group (as the service does) takes it too.
+    """
 
     def __init__(self, graph: Graph, budget: int, pool: _Pool, *, seed: int, time_limit_s: float,
                  tasks: tuple[str, ...]) -> None:
         self.pool, self.seed, self.told = pool, seed, math.inf
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "remat.solvers.checkmate._anneal_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        )  # in the solve's process group: killing the solve's group (as the service does) takes it too
-        assert self.process.stdin is not None and self.process.stdout is not None
-        # Frames to the helper go through a queue and a thread of their own: the first (the whole
-        # graph) blocks until the new process has started and reads it, which must not delay the
-        # chain's first plan, and later ones must not wait for it.
-        self.outbox: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
-        self.outbox.put((graph.to_json(), budget, seed, time_limit_s, tasks, MIP_WHEN_EXPLAINED))
-        self.writer = threading.Thread(target=self._write, args=(self.process.stdin,), daemon=True)
-        self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
-        self.writer.start()
+        self.child = spawn(run_helper, HelperRequest(graph, budget, seed, time_limit_s, tasks), own_group=False)
+        self.stopper = StopThenKill(lambda _: self.child.stop(), self.child.kill)
+        self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        self.stopper = StopThenKill(lambda _: self.outbox.put(("stop",)), self._kill)
 
     def tell(self, cost: float) -> None:
         """Let the helper know the best cost so far (it decides whether a MIP bound is worth its time)."""
         if cost < self.told:
             self.told = cost
-            self.outbox.put(("best", cost))
+            self.child.send(BestCost(cost))
 
     def stop(self) -> None:
-        """Ask the helper to stop (it exits by itself ``GRACE_S`` later at the latest)."""
+        """Ask the helper to stop (it is killed ``GRACE_S`` later at the latest, by :meth:`join`)."""
         self.stopper.stop()
-
-    def _write(self, stream: IO[bytes]) -> None:
-        """Write the outbox's frames in order until the stop frame, or until the helper is gone."""
-        started = False
-        while True:
-            message = self.outbox.get()
-            try:
-                write_frame(stream, message)
-            except (BrokenPipeError, OSError, ValueError):
-                if not started:
-                    self.pool.note(f"helper {self.seed} did not start")
-                return
-            started = True
-            if message == ("stop",):
-                return
 
     def join(self) -> None:
         """Wait for the helper to end, killing it once the grace period after its stop has passed."""
-        try:
-            self.process.wait(self.stopper.grace_left())
-        except subprocess.TimeoutExpired:
+        if not self.child.wait(self.stopper.grace_left()):
             self.stopper.kill()
-        self.writer.join(GRACE_S)
+            if not self.child.started:
+                self.pool.note(f"helper {self.seed} did not start")
         self.reader.join(GRACE_S)
-        for stream in (self.process.stdin, self.process.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:  # the helper is gone: what was still buffered for it no longer matters
-                    pass
+        self.child.close()
 
-    def _kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-    def _read(self, stream: IO[bytes]) -> None:
+    def _read(self) -> None:
         pool = self.pool
-        try:
-            while True:
-                message = read_frame(stream)
-                kind = message[0]
-                if kind == "best":
-                    pool.offer(message[1], message[2], f"anneal (helper {self.seed})")
-                elif kind == "baseline":
-                    _, name, R, S, cost = message
-                    pool.offer_baseline(name, Schedule(R, S), cost)
-                elif kind == "infeasible":
-                    pool.offer_infeasible(message[1], message[2])
-                elif kind == "bound":
-                    pool.offer_bound(message[1], message[2])
-                elif kind == "log":
-                    pool.note(message[1])
-        except (EOFError, OSError, ValueError, pickle.UnpicklingError):
-            pass
+        while not self.child.ended:
+            for message in self.child.receive(GRACE_S):
+                match message:
+                    case ChainBest():
+                        pool.offer(message.cost, message.extras, f"anneal (helper {self.seed})")
+                    case BaselineFound():
+                        pool.offer_baseline(message.name, message.schedule, message.cost)
+                    case WindowInfeasible():
+                        pool.offer_infeasible(message.first, message.last)
+                    case BoundFound():
+                        pool.offer_bound(message.value, message.how)
+                    case Note():
+                        pool.note(message.line)
+                    case ChildFailed():
+                        pool.note(f"helper {self.seed} failed: {message.traceback}")

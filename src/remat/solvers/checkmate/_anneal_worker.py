@@ -1,48 +1,44 @@
-"""A helper process of the anneal path: ``python -m remat.solvers.checkmate._anneal_worker``.
+"""A helper process of the anneal path, a child of :func:`~remat.solvers._children.spawn`.
 
-Reads one request frame from stdin, ``(graph document, budget, seed, time limit, tasks, explained)``,
-runs the tasks and writes what they find as frames to the original stdout:
+Its request is a :class:`HelperRequest` (the graph, already validated, and the tasks); it runs the
+tasks and sends what they find:
 
-- ``baselines``: ``("baseline", name, R, S, cost)`` for the cheapest baseline that fits;
+- ``baselines``: a :class:`BaselineFound` for the cheapest baseline that fits;
 - ``bound``: first, while no plan is known (no baseline fits and the parent has told of none),
-  ``("infeasible", first, last)`` if :mod:`._windows` proves (within :data:`WINDOW_SHARE` of the
-  time limit) that no schedule fits stages first to last, which ends the task; then
-  ``("bound", value, how)`` for the LP bounds of :mod:`remat.solvers.bounds` over more and more
-  stages (:data:`LP_ROWS`, within :data:`LP_SHARE` of the time limit, up to :data:`LP_COLUMNS`), then,
-  when the relaxation is small enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound
-  accounts for the share ``explained`` of the best plan's overhead and is within :data:`MIP_WITHIN`
-  of its cost (``explained`` 0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
-- ``anneal``: ``("best", cost, extras)`` for each new best of an annealing chain (from the best
+  :class:`WindowInfeasible` if :mod:`._windows` proves (within :data:`WINDOW_SHARE` of the time
+  limit) that no schedule fits stages first to last, which ends the task; then :class:`BoundFound`
+  for the LP bounds of :mod:`remat.solvers.bounds` over more and more stages (:data:`LP_ROWS`,
+  within :data:`LP_SHARE` of the time limit, up to :data:`LP_COLUMNS`), then, when the relaxation
+  is small enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound accounts for the
+  share ``explained`` of the best plan's overhead and is within :data:`MIP_WITHIN` of its cost
+  (``explained`` 0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
+- ``anneal``: a :class:`ChainBest` for each new best of an annealing chain (from the best
   baseline, when one fits).
 
-``("log", line)`` frames carry notes and failures. On stdin, ``("best", cost)`` frames tell the
-best cost found so far; ``("stop",)``, or the end of stdin (the parent is gone), stops the work
-and the process.
+:class:`Note` messages carry notes. The parent sends :class:`BestCost` to tell the best cost found
+so far, and a stop request (or goes away) to stop the work.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import threading
 import time
-import traceback
 from collections.abc import Callable
-from typing import IO, Any
+from dataclasses import dataclass
 
-from remat.schedules import Graph
+from remat.schedules import Graph, Schedule
 
+from .._children import Parent
 from .._context import SolveContext
-from .._supervise import GRACE_S
-from ..backends._process import child_protocol, read_frame
 from ..baselines import best_baseline
 from ..bounds import overloaded_stages, retention_bound
 from ..search import Annealer
 from ._windows import prove_infeasible
 
 __all__ = ["LP_COLUMNS", "LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "MIP_WITHIN",
-           "WINDOW_SHARE", "main", "mip_worth_it", "run_tasks"]
+           "WINDOW_SHARE", "BaselineFound", "BestCost", "BoundFound", "ChainBest", "HelperRequest", "Note",
+           "WindowInfeasible", "mip_worth_it", "run_helper", "run_tasks"]
 
 WINDOW_SHARE = 0.75
 """Share of the time limit the proof may spend (the chains search for a plan meanwhile). (docs/tuning.md)"""
@@ -84,21 +80,81 @@ cost) kept its chain waiting for most of a converged solve and gained nothing; t
 (0.3 %) and the LSTM at 0.8 (0.05 %) are proved optimal by it within one (benchmarks/LOG.md, 2026-11-25
 01:00 UTC). (docs/tuning.md)"""
 
-Send = Callable[[tuple[Any, ...]], None]
 
 
-def main() -> None:
-    requests, send = child_protocol()
-    doc, budget, seed, time_limit_s, tasks, explained = read_frame(requests)
-    ctx = SolveContext(time_limit_s=time_limit_s, threads=1)
+@dataclass(frozen=True)
+class HelperRequest:
+    """What a helper is asked: the tasks to run on the graph at the budget, its seed and time limit."""
+
+    graph: Graph
+    budget: int
+    seed: int
+    time_limit_s: float
+    tasks: tuple[str, ...]
+    explained: float = MIP_WHEN_EXPLAINED
+
+
+@dataclass(frozen=True)
+class BestCost:
+    """From the parent: the best cost found so far, anywhere."""
+
+    cost: float
+
+
+@dataclass(frozen=True)
+class BaselineFound:
+    """The cheapest baseline that fits."""
+
+    name: str
+    schedule: Schedule
+    cost: float
+
+
+@dataclass(frozen=True)
+class WindowInfeasible:
+    """Proved: no schedule fits stages ``first`` to ``last``, so nothing fits."""
+
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class BoundFound:
+    """A proved lower bound on cost, and how it was proved."""
+
+    value: float
+    how: str
+
+
+@dataclass(frozen=True)
+class ChainBest:
+    """A new best of the helper's annealing chain: its cost, and its extra computations."""
+
+    cost: float
+    extras: list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line for the solve's log."""
+
+    line: str
+
+
+Send = Callable[[object], None]
+
+
+def run_helper(parent: Parent, request: HelperRequest) -> None:
+    """The helper's entry: run the request's tasks until they end or the parent stops them."""
+    ctx = SolveContext(time_limit_s=request.time_limit_s, threads=1, stop_event=parent.stop)
     best = [math.inf]
-    threading.Thread(target=_watch, args=(requests, ctx, best), daemon=True).start()
-    try:
-        run_tasks(Graph.from_json(doc), budget, seed, ctx, tasks, send, best, explained=explained)
-    except Exception:  # every failure goes back to the parent as a note
-        send(("log", f"helper {seed} failed: {traceback.format_exc(limit=3)}"))
-    finally:
-        os._exit(0)
+
+    def told(message: BestCost) -> None:
+        best[0] = min(best[0], message.cost)
+
+    parent.on(BestCost, told)
+    run_tasks(request.graph, request.budget, request.seed, ctx, request.tasks, parent.send, best,
+              explained=request.explained)
 
 
 def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tuple[str, ...], send: Send,
@@ -114,15 +170,15 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
     if "baselines" in tasks:
         baseline = best_baseline(graph, budget, ctx)
         if baseline is not None:
-            send(("baseline", baseline.source, baseline.schedule.R, baseline.schedule.S, baseline.cost))
+            send(BaselineFound(baseline.source, baseline.schedule, baseline.cost))
             best[0] = min(best[0], baseline.cost)
         for line in ctx.log:  # what the baselines noted: failures, and the best of them
-            send(("log", line))
-        send(("log", f"baselines done after {time.monotonic() - started:.1f} s"))
+            send(Note(line))
+        send(Note(f"baselines done after {time.monotonic() - started:.1f} s"))
     if "bound" in tasks and best[0] == math.inf:
         window = prove_infeasible(graph, budget, dataclasses.replace(ctx, time_limit_s=WINDOW_SHARE * ctx.time_limit_s))
         if window is not None:
-            send(("infeasible", window.start, window.stop - 1))
+            send(WindowInfeasible(window.start, window.stop - 1))
             return
     lp, rows = _lp_bound(graph, budget, ctx, send) if "bound" in tasks else (None, None)
     mip_wanted = lp is not None
@@ -138,9 +194,9 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             mip = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), MIP_SHARE * ctx.time_limit_s),
                                   integral=True, stages=rows, max_columns=MIP_COLUMNS)
             if mip is not None and lp is not None and mip > lp:
-                send(("bound", mip, "retention MIP"))
+                send(BoundFound(mip, "retention MIP"))
         elif annealer is not None:
-            annealer.run(ctx, on_best=lambda cost, extras: send(("best", cost, extras)), every=mip_due,
+            annealer.run(ctx, on_best=lambda cost, extras: send(ChainBest(cost, extras)), every=mip_due,
                          first_cycle_s=math.inf)
         elif mip_wanted:
             ctx.stop_event.wait(0.2)
@@ -178,22 +234,5 @@ def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> tuple
         if lp is None or (best is not None and lp <= best * (1 + 1e-9)):
             break  # too large, not solved in time, or past the rung that binds hardest: the next is larger still
         best, best_rows = lp, rows
-        send(("bound", lp, f"retention LP, {rows or 'all'} stages"))
+        send(BoundFound(lp, f"retention LP, {rows or 'all'} stages"))
     return best, best_rows
-
-
-def _watch(requests: IO[bytes], ctx: SolveContext, best: list[float]) -> None:
-    """Record the parent's best costs; stop at a stop frame or at the end of stdin, and exit for good
-    :data:`GRACE_S` later (an engine in the middle of a solve does not look at the stop flag)."""
-    try:
-        while (message := read_frame(requests))[0] == "best":
-            best[0] = min(best[0], message[1])
-    except (EOFError, OSError):
-        pass
-    ctx.stop_event.set()
-    time.sleep(GRACE_S)
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()
