@@ -1,6 +1,7 @@
-"""remat under DistributedDataParallel, two gloo processes on the CPU: ``DDP(rematerialize(model))`` and
-``torch.compile(DDP(model), backend=backend(...))`` give every rank the gradients DDP gives without remat, and
-DDP's gradient buckets are fixed memory in every plan (tests/data_parallel_steps.py runs the ranks)."""
+"""remat in torch.distributed jobs, gloo processes on the CPU (tests/distributed_runs.py runs the ranks):
+``DDP(rematerialize(model))`` and ``torch.compile(DDP(model), backend=backend(...))`` give every rank the gradients
+DDP gives without remat, DDP's gradient buckets are fixed memory in every plan, and ranks planning the same graph
+solve it once."""
 
 from __future__ import annotations
 
@@ -16,17 +17,20 @@ pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.torch
 
-WORLD = 2
+SCRIPT = Path(__file__).resolve().parent.parent / "distributed_runs.py"
+
+
+def _run(run: str, world: int, out: Path) -> list[dict]:
+    """Each rank's findings of ``run`` on ``world`` processes."""
+    done = subprocess.run([sys.executable, str(SCRIPT), run, str(world), str(out)], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(world)]
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    out = tmp_path_factory.mktemp("ddp")
-    script = Path(__file__).resolve().parent.parent / "data_parallel_steps.py"
-    done = subprocess.run([sys.executable, str(script), str(WORLD), str(out)], capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(WORLD)]
+    return _run("ddp", 2, tmp_path_factory.mktemp("ddp"))
 
 
 def test_ddp_over_a_planned_module_gives_every_rank_ddps_gradients(ranks: list[dict]) -> None:
@@ -48,3 +52,10 @@ def test_compiling_ddp_with_the_backend_plans_each_bucket_graph_with_the_buckets
         assert compiled["difference"] == 0.0
         assert compiled["graphs"] > 1  # TorchDynamo split the step at DDP's buckets
         assert compiled["buckets"] == [found["bucket_bytes"]] * compiled["graphs"] and compiled["fit"]
+
+
+def test_ranks_planning_the_same_graph_solve_it_once(tmp_path: Path) -> None:
+    *same, other = _run("plans", 4, tmp_path)
+    assert [r["source"] for r in same] == ["solved", "rank 0", "rank 0"]
+    assert len({r["graph"] for r in same}) == 1
+    assert other["source"] == "solved" and other["graph"] != same[0]["graph"]  # a batch of its own size

@@ -195,6 +195,39 @@ def test_a_copy_of_an_enabled_model_plans_on_its_own_and_pickling_says_what_to_d
         pickle.dumps(model)
 
 
+def _accelerate_losses(remat: bool) -> tuple[list[float], torch.nn.Module]:
+    """Eight micro-batches through accelerate's loop, two accumulated per optimizer step, under bf16 autocast."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # one Accelerator per process, as a script has
+    accelerator = Accelerator(mixed_precision="bf16", gradient_accumulation_steps=2)
+    model = enable(_gpt2(), activation_budget=0.7) if remat else _gpt2()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, VOCAB, (8, 2, LENGTH), generator=torch.Generator().manual_seed(6))
+    loader = torch.utils.data.DataLoader([{"input_ids": i, "labels": i} for i in ids], batch_size=None)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    losses = []
+    for batch in loader:
+        with accelerator.accumulate(model):
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        losses.append(loss.item())
+    AcceleratorState._reset_state(reset_partial_state=True)
+    return losses, model
+
+
+def test_accelerate_trains_an_enabled_model_as_it_trains_the_model():
+    expected, ref = _accelerate_losses(remat=False)
+    losses, model = _accelerate_losses(remat=True)
+    assert losses == expected
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q), name
+    assert len(planned(model).plans) == 2  # a step from no gradients, and one adding into them
+
+
 def _lightning_fit(remat: bool) -> tuple[object, object]:
     """Three optimizer steps of two micro-batches each with Lightning's Trainer, the GPT-2 inside a
     LightningModule (planned in ``configure_model`` when ``remat``), and a validation: the module and the trainer."""

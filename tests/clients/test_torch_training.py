@@ -373,6 +373,39 @@ def test_graphs_of_one_step_share_a_byte_budget_in_the_order_they_run():
         rematerialize(_TwoGraphs(), (x,), activation_budget=1.0)
 
 
+class _LossApart(torch.nn.Module):
+    """A classifier whose loss is a graph of its own (a graph break before it): nothing there to recompute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh())
+                                         for _ in range(4)], torch.nn.Linear(32, 64))
+
+    def forward(self, x, y):
+        logits = self.net(x)
+        torch._dynamo.graph_break()
+        return torch.nn.functional.cross_entropy(logits, y)
+
+
+def test_a_graph_that_cannot_hold_as_little_as_the_fraction_gets_its_leanest_plan():
+    from remat.clients.torch import backend
+    from remat.clients.torch._planning import Budget
+
+    torch.manual_seed(0)
+    model, x, y = _LossApart(), torch.randn(64, 32), torch.randint(0, 64, (64,))
+    ref = copy.deepcopy(model)
+    remat = backend(activation_budget=0.8, cache=False, progress=False)
+    torch.compile(model, backend=remat, dynamic=False)(x, y).backward()
+    ref(x, y).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    model_graph, loss_graph = remat.planned
+    fraction = Budget.of(None, 0.8)
+    assert model_graph.budget == fraction.bytes_for(model_graph.graph, model_graph.joint)
+    assert loss_graph.budget > fraction.bytes_for(loss_graph.graph, loss_graph.joint)  # the leanest plan's peak
+    assert all(p.simulation.peak_memory <= p.budget for p in remat.planned)
+
+
 def test_with_inductor_dropout_is_replayed_as_with_eager_kernels():
     model, inputs, loss_fn = _model("gpt")
     ref = copy.deepcopy(model)

@@ -1,10 +1,13 @@
-"""Training steps of a small GPT-2 under DistributedDataParallel on gloo, one process per rank, with and without
-remat: ``python tests/data_parallel_steps.py WORLD OUT`` writes each rank's findings to OUT/rank-K.json.
+"""remat in torch.distributed jobs on gloo, one process per rank: ``python tests/distributed_runs.py RUN WORLD OUT``
+writes each rank's findings to OUT/rank-K.json.
 
-Each rank trains on a batch of its own; the gradients DDP averages are compared with those of DDP over the same
+``ddp``: training steps of a small GPT-2 under DistributedDataParallel, with and without remat. Each rank trains on a batch of its own; the gradients DDP averages are compared with those of DDP over the same
 model without remat, through both ways in: ``DDP(rematerialize(model, ...))`` and
 ``torch.compile(DDP(model), backend=backend(...))`` with buckets small enough that TorchDynamo splits the step
 at their boundaries. The step is then measured (on the CPU, to the byte) against its plan.
+
+``plans``: every rank plans a small MLP's step with ``rematerialize()``, the last rank on a batch of
+another size: the ranks with the same graph solve it once, the last rank solves its own.
 """
 
 from __future__ import annotations
@@ -60,8 +63,21 @@ def _measured(module: torch.nn.Module, model: torch.nn.Module, rank: int, plan: 
             "budget": plan.budget, "buckets": plan.joint.fixed["data_parallel_buckets"]}
 
 
-def _rank(rank: int, world: int, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=world)
+def _plans(rank: int, world: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(6)])
+    rows = 8 if rank < world - 1 else 16
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rank))
+    module = rematerialize(model, (x,), activation_budget=0.5, loss_fn=_sum, progress=False, cache=False)
+    planned = module.plans[-1]
+    return {"source": planned.source, "graph": planned.graph.sha256}
+
+
+def _sum(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).sum()
+
+
+def _ddp(rank: int, world: int) -> dict[str, Any]:
     bucket_bytes = sum(p.numel() * p.element_size() for p in _model().parameters())
     reference = _model()
     expected = _train(DDP(reference, bucket_cap_mb=BUCKET_MB), reference, rank, 3)
@@ -77,7 +93,7 @@ def _rank(rank: int, world: int, out: str) -> None:
     compiled = torch.compile(DDP(model, bucket_cap_mb=BUCKET_MB), backend=remat, dynamic=False)
     compiled_grads = _train(compiled, model, rank, 3)
 
-    findings = {
+    return {
         "bucket_bytes": bucket_bytes,
         "module": {"difference": _largest_difference(expected, module_grads), "plans": len(wrapped.module.plans),
                    **_measured(wrapped, wrapped.module.model, rank, planned)},
@@ -85,10 +101,17 @@ def _rank(rank: int, world: int, out: str) -> None:
                      "buckets": [p.joint.fixed["data_parallel_buckets"] for p in remat.planned],
                      "fit": all(p.simulation.peak_memory <= p.budget for p in remat.planned)},
     }
-    Path(out, f"rank-{rank}.json").write_text(json.dumps(findings))
+
+
+RUNS = {"ddp": _ddp, "plans": _plans}
+
+
+def _rank(rank: int, run: str, world: int, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=world)
+    Path(out, f"rank-{rank}.json").write_text(json.dumps(RUNS[run](rank, world)))
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    world, out = int(sys.argv[1]), sys.argv[2]
-    mp.spawn(_rank, args=(world, out), nprocs=world)
+    run, world, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    mp.spawn(_rank, args=(run, world, out), nprocs=world)
