@@ -228,8 +228,7 @@ def test_a_plan_over_the_host_budget_or_for_inductor_is_refused(offloading):
     transfer = Transfer(bandwidth=1e12)
     plan = offload_saved(graph)
     simulation = simulate(graph, plan, transfer=transfer)
-    result = {"status": "feasible", "graph_sha256": graph.sha256, "plan": plan.to_json(graph),
-              "transfer": transfer.to_json()}
+    result = result_document(graph_sha256=graph.sha256, plan=plan.to_json(graph), transfer=transfer)
     assert check_result(graph, result, budget=simulation.peak_memory)[1].host_peak_memory > 0
     with pytest.raises(PlanRejected, match="host budget"):
         check_result(graph, result, budget=simulation.peak_memory, host_budget=simulation.host_peak_memory - 1)

@@ -290,7 +290,8 @@ def _counting_parts_once(graph: Graph, joint: JointGraph, plan: Plan, simulation
 
 def check_result(graph: Graph, result: ResultDocument, *, budget: int, joint: JointGraph | None = None,
                  transfer: Transfer | None = None, host_budget: int | None = None) -> tuple[Plan, Simulation]:
-    """Re-simulate the plan of a remat.result/v1 and refuse it unless it fits ``budget`` on this graph.
+    """Re-simulate the plan of a remat.result/v1 (``ResultDocument.from_json`` reads its JSON) and refuse it unless
+    it fits ``budget`` on this graph.
 
     A plan that copies values to host memory is simulated with ``transfer`` (by default the result's
     own) and must also keep its host copies within ``host_budget``. With the ``joint`` graph, the plan
