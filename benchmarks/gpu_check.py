@@ -198,7 +198,7 @@ def _remat(name: str, base: nn.Module, model: Model, device: torch.device, steps
         return Row(name, 0, [], note=f"no plan: {str(e)[:200]}")
     planned = rm.plans[0]
     plan = int(planned.simulation.peak_memory - planned.joint.resident_memory)
-    note = f"{planned.result['strategy']} {planned.result['status']}, {planned.result['overhead']:.3f}x compute"
+    note = f"{planned.result.strategy} {planned.result.status.value}, {planned.result.overhead:.3f}x compute"
     return _run(name, m, model, device, steps, wrap=lambda _: rm, plan=plan, note=note)
 
 
@@ -214,7 +214,7 @@ def _offloaded(base: nn.Module, model: Model, device: torch.device, steps: int, 
     os.environ[CHECK_COPIES] = "1"
     try:
         checked = copy.deepcopy(base)  # a step with checked copies, on a module planned under the check
-        rm_checked = rematerialize(checked, model.inputs, budget=budget, result=dict(rm.result), cache=False,
+        rm_checked = rematerialize(checked, model.inputs, budget=budget, result=rm.result, cache=False,
                                    progress=False, transfer="auto" if device.type == "cuda" else "pcie5-x16")
         with tracing():
             torch.manual_seed(1)
@@ -229,7 +229,7 @@ def _offloaded(base: nn.Module, model: Model, device: torch.device, steps: int, 
     plan = int(planned.simulation.peak_memory - planned.joint.resident_memory)
     note = (f"copies checked: clean; largest gradient difference from eager {worst:.2e}; "
             f"{format_size(planned.simulation.host_peak_memory)} on the host, "
-            f"{planned.result['overhead']:.3f}x the step's time (simulated)")
+            f"{planned.result.overhead:.3f}x the step's time (simulated)")
     return _run(name, m, model, device, steps, wrap=lambda _: rm, plan=plan, note=note)
 
 

@@ -384,8 +384,8 @@ def _remat(base: nn.Module, work: Workload, label: str, peak: int, compiler: str
         return f"| {name} | no plan | | | | | | {str(e)[:240]} |"
     planned = rm.plans[0]
     plan_peak = planned.simulation.peak_memory - planned.joint.resident_memory
-    note = (f"{planned.graph.size} nodes, {planned.result['strategy']} {planned.result['status']}, simulated "
-            f"{planned.result['overhead']:.3f}x compute, plan peak {format_size(plan_peak)}, "
+    note = (f"{planned.graph.size} nodes, {planned.result.strategy} {planned.result.status.value}, simulated "
+            f"{planned.result.overhead:.3f}x compute, plan peak {format_size(plan_peak)}, "
             f"planned in {time.perf_counter() - started:.1f} s")
     return Variant(name, model, lambda: work.loss(rm).backward(), note, plan=int(plan_peak))
 
@@ -433,7 +433,7 @@ def _first_step_table(work: Workload, args: argparse.Namespace) -> None:
     print("|---|---|---|---|")
     print(f"| torch.compile(backend=\"aot_eager\") | {aot:.1f} | | none |")
     print(f"| rematerialize(), empty plan cache | {first:.1f} | {first - aot:+.1f} | {rm.plans[0].source}, "
-          f"{rm.result['status']} in {rm.result['solve_time_s']:.1f} s, {rm.result['overhead']:.3f}x compute |")
+          f"{rm.result.status.value} in {rm.result.solve_time_s:.1f} s, {rm.result.overhead:.3f}x compute |")
     print(f"| rematerialize(), from the plan cache | {again:.1f} | {again - aot:+.1f} | {rm2.plans[0].source} |")
     sys.stdout.flush()
 

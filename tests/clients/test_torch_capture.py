@@ -4,6 +4,7 @@ tensor constants, logging); clear errors that name what stops the capture and wh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -242,7 +243,7 @@ def test_plans_that_do_not_fit_or_do_not_simulate_are_refused():
     fits = rematerialize(model, inputs, activation_budget=1.0, strategy="checkpoint-all", loss_fn=loss_fn).result
     with pytest.raises(PlanRejected, match="over the budget"):
         rematerialize(model, inputs, budget=graph.checkpoint_all_peak - 1, loss_fn=loss_fn, result=fits)
-    broken = {**fits, "plan": fits["plan"][1:]}
+    broken = dataclasses.replace(fits, plan=fits.plan[1:])
     with pytest.raises(PlanRejected, match="does not simulate"):
         rematerialize(model, inputs, loss_fn=loss_fn, result=broken)
 
@@ -264,8 +265,8 @@ def test_a_budget_the_strategy_misses_gets_the_plan_of_the_leanest_baseline():
                             strategy="checkpoint-last")
     budget = leanest.simulation.peak_memory  # checkpoint-all does not fit this; checkpoint-last does
     rm = rematerialize(model, inputs, budget=budget, loss_fn=loss_fn, strategy="checkpoint-all")
-    assert rm.result["strategy"] == "checkpoint-last" and rm.simulation.peak_memory <= budget
-    assert "checkpoint-all found no plan within the budget" in " ".join(rm.result["log"])
+    assert rm.result.strategy == "checkpoint-last" and rm.simulation.peak_memory <= budget
+    assert "checkpoint-all found no plan within the budget" in " ".join(rm.result.log)
 
 
 def test_budgets_are_bytes_or_a_fraction_of_the_activation_memory():

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from factories import result_document  # noqa: E402
 from torch_models import gpt, mlp  # noqa: E402
 
 import remat.solvers  # noqa: E402
@@ -113,15 +114,15 @@ def test_a_transformer_trains_with_an_offload_plan(offloading):
     rm = rematerialize(model, inputs, activation_budget=1.0, loss_fn=loss_fn, transfer="nvlink-c2c",
                        strategy=offloading, cache=False, progress=False)
     planned = rm.plans[0]
-    assert planned.plan.has_transfers and planned.result["transfer"] == Transfer.from_profile(
-        "nvlink-c2c", seconds_per_cost_unit=1.0).to_json()
+    assert planned.plan.has_transfers and planned.result.transfer == Transfer.from_profile(
+        "nvlink-c2c", seconds_per_cost_unit=1.0)
     assert planned.simulation.peak_memory < 0.5 * rm.graph.checkpoint_all_peak
 
     # The graph counts a saved random state for each dropout (a bound made before there is a plan); this
     # plan computes each once and is simulated as run, without them. Its device bytes are measured to within
     # a layer norm's weight and bias gradients (counted with the op while both live, a bound of the graph).
     assert planned.joint.fixed["rng_states"] > 0
-    bound = simulate(planned.graph, planned.plan, transfer=Transfer.from_json(planned.result["transfer"]))
+    bound = simulate(planned.graph, planned.plan, transfer=planned.result.transfer)
     assert planned.simulation.peak_memory == bound.peak_memory - planned.joint.fixed["rng_states"]
     activations = planned.simulation.peak_memory - planned.joint.resident_memory
     for device, host in _train(lambda: rm(*inputs), model, ref, lambda: loss_fn(ref, *inputs)):
@@ -177,7 +178,7 @@ def test_the_plans_of_the_offloading_strategies_run_as_simulated(strategy):
     rm = rematerialize(model, inputs, activation_budget=0.7, loss_fn=loss_fn, transfer="pcie4-x16", strategy=strategy,
                        cache=False, progress=False, time_limit_s=20)
     planned = rm.plans[0]
-    assert planned.result["strategy"] == (strategy or default_strategy(offload=True))
+    assert planned.result.strategy == (strategy or default_strategy(offload=True))
     assert planned.plan.has_transfers
     for device, host in _train(lambda: rm(*inputs), model, ref, lambda: loss_fn(ref, *inputs)):
         assert device == planned.simulation.peak_memory - planned.joint.resident_memory
@@ -195,9 +196,8 @@ def test_device_memory_goes_when_the_plans_timing_releases_it():
     for name, plan, transfer in [("fast", offload_saved(graph), fast), ("slow", offload_saved(graph), slow),
                                  ("slow, waiting", offload_saved(graph, wait=True), slow)]:
         simulation = simulate(graph, plan, transfer=transfer)
-        result = {"format": "remat.result/v1", "status": "feasible", "graph_sha256": graph.sha256,
-                  "strategy": "offload-saved", "budget": simulation.peak_memory, "plan": plan.to_json(graph),
-                  "transfer": transfer.to_json()}
+        result = result_document(graph_sha256=graph.sha256, strategy="offload-saved", budget=simulation.peak_memory,
+                                 plan=plan.to_json(graph), transfer=transfer).to_json()  # as saved to a file
         m = copy.deepcopy(model)
         rm = rematerialize(m, inputs, loss_fn=loss_fn, result=result, cache=False, progress=False)
         rm(*inputs).backward()
@@ -228,8 +228,7 @@ def test_a_plan_over_the_host_budget_or_for_inductor_is_refused(offloading):
     transfer = Transfer(bandwidth=1e12)
     plan = offload_saved(graph)
     simulation = simulate(graph, plan, transfer=transfer)
-    result = {"status": "feasible", "graph_sha256": graph.sha256, "plan": plan.to_json(graph),
-              "transfer": transfer.to_json()}
+    result = result_document(graph_sha256=graph.sha256, plan=plan.to_json(graph), transfer=transfer)
     assert check_result(graph, result, budget=simulation.peak_memory)[1].host_peak_memory > 0
     with pytest.raises(PlanRejected, match="host budget"):
         check_result(graph, result, budget=simulation.peak_memory, host_budget=simulation.host_peak_memory - 1)

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 from factories import chain, result_document  # noqa: E402
 
-from remat.clients.torch import PlanRejected, check_result  # noqa: E402
+from remat.clients.torch import PlanRejected, backend, check_result  # noqa: E402
 from remat.clients.torch._planning import Planner  # noqa: E402
 from remat.schedules import InvalidRequest, Transfer  # noqa: E402
 from remat.solvers import ResultDocument  # noqa: E402
@@ -57,6 +57,17 @@ def test_options_a_service_does_not_take_are_refused() -> None:
     with pytest.raises(InvalidRequest, match="drop threads"):
         Planner("checkmate", server="http://remat", options={"threads": 2})
     Planner("checkmate", server="http://remat", options={"convergence": None})  # a service takes it
+
+
+def test_a_result_to_follow_is_read_once_from_its_json_or_taken_as_a_document() -> None:
+    doc = result_document(budget=1 << 20)
+    for given in (doc, doc.to_json()):
+        remat_backend = backend(result=given, cache=False)
+        assert remat_backend.planner is not None and remat_backend.planner.given == doc
+        assert remat_backend.budget is not None and remat_backend.budget.total == 1 << 20  # its own budget
+    with pytest.raises(InvalidRequest, match=r"result= must be a remat.result/v1 .*lacks 'graph_name'") as refused:
+        backend(result={"format": "remat.result/v1", "status": "feasible"}, cache=False)
+    assert refused.value.field == "result"
 
 
 def test_an_output_kept_apart_shares_memory_with_the_instance_it_came_from_only():

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from factories import result_document  # noqa: E402
 from torch import nn  # noqa: E402
 from torch_models import MODELS, mlp  # noqa: E402
 
@@ -26,7 +27,7 @@ from remat.schedules import (  # noqa: E402
     recompute_closure,
     simulate,
 )
-from remat.solvers import STRATEGIES  # noqa: E402
+from remat.solvers import STRATEGIES, ResultDocument  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -100,7 +101,7 @@ def test_training_follows_the_plan(name, strategy, ratio):
     ref = copy.deepcopy(model)
     rm = rematerialize(model, inputs, budget=budget, strategy=strategy, loss_fn=loss_fn, time_limit_s=20)
     assert rm.graph.sha256 == graph.sha256
-    assert rm.result["status"] in ("optimal", "feasible") and rm.simulation.peak_memory <= budget
+    assert rm.result.status in ("optimal", "feasible") and rm.simulation.peak_memory <= budget
 
     peaks = _train_side_by_side(model, ref, rm, inputs, loss_fn)
 
@@ -143,19 +144,19 @@ def test_the_largest_batch_found_trains_within_the_device_budget():
     assert max(peaks) <= planned
 
 
-def _forced_dropout_replay(graph: Graph) -> dict:
+def _forced_dropout_replay(graph: Graph) -> ResultDocument:
     """A result whose plan keeps nothing random alive: every dropout is recomputed in the backward."""
     S = checkpoint_all_schedule(graph).S.copy()
     S[:, [v for v, n in enumerate(graph.nodes) if n.meta.get("rng")]] = False
     plan = plan_from_schedule(graph, Schedule(recompute_closure(graph, S), S))
-    return {"format": "remat.result/v1", "status": "feasible", "strategy": "test", "graph_sha256": graph.sha256,
-            "budget": graph.checkpoint_all_peak, "plan": plan.to_json(graph)}
+    return result_document(strategy="test", graph_sha256=graph.sha256, budget=graph.checkpoint_all_peak,
+                           plan=plan.to_json(graph))
 
 
 def test_two_plans_with_dropout_give_the_same_gradients():
     graph = _graph("gpt")
     replay = _forced_dropout_replay(graph)
-    computes = [graph.nodes[v].id for op, v in Plan.from_json(graph, replay["plan"]).steps if op == "compute"]
+    computes = [graph.nodes[v].id for op, v in Plan.from_json(graph, replay.plan).steps if op == "compute"]
     assert any(computes.count(n.id) > 1 for n in graph.nodes if n.meta.get("rng")), "dropout is not recomputed"
 
     grads = []
@@ -292,11 +293,13 @@ def test_the_first_step_follows_the_plan_rematerialize_made(monkeypatch):
 def test_plan_cache_is_bounded_and_survives_damaged_files(tmp_path):
     cache = PlanCache(tmp_path, max_entries=3)
     for k in range(5):
-        cache.put(f"k{k}", {"status": "feasible", "n": k})
+        cache.put(f"k{k}", result_document(budget=k))
     assert sorted(p.stem for p in tmp_path.glob("*.json")) == ["k2", "k3", "k4"]
     (tmp_path / "k3.json").write_text("{not json")
     assert cache.get("k3") is None and not (tmp_path / "k3.json").exists()
-    assert cache.get("k4") == {"status": "feasible", "n": 4}
+    (tmp_path / "k2.json").write_text('{"status": "feasible"}')  # JSON, not a remat.result/v1
+    assert cache.get("k2") is None and not (tmp_path / "k2.json").exists()
+    assert cache.get("k4") == result_document(budget=4)
     assert PlanCache.key("a" * 64, 10, "checkmate", {"time_limit_s": 5}) != PlanCache.key("a" * 64, 11, "checkmate",
                                                                                           {"time_limit_s": 5})
 
@@ -328,7 +331,7 @@ def test_plans_come_from_a_remat_service_too(tmp_path):
     finally:
         procs.stop_all()
     local = rematerialize(ref, inputs, budget=budget, strategy="linearized-greedy", loss_fn=loss_fn, cache=False)
-    assert rm.result["plan"] == local.result["plan"] and rm.simulation.peak_memory <= budget
+    assert rm.result.plan == local.result.plan and rm.simulation.peak_memory <= budget
     _train_side_by_side(model, copy.deepcopy(ref), rm, inputs, loss_fn)
 
 
@@ -413,7 +416,7 @@ def test_with_inductor_dropout_is_replayed_as_with_eager_kernels():
                           loss_fn=loss_fn, compiler="inductor").graph
     replay = _forced_dropout_replay(graph)
     rm = rematerialize(model, inputs, loss_fn=loss_fn, compiler="inductor", result=replay)
-    assert rm.result["plan"] == replay["plan"]  # kept as planned: each dropout computed again draws the same
+    assert rm.result.plan == replay.plan  # kept as planned: each dropout computed again draws the same
     computes = [v for op, v in rm.plan.steps if op == "compute"]
     assert any(computes.count(v) > 1 for v, node in enumerate(graph.nodes) if node.meta.get("rng"))
     for step in range(2):  # the generator goes on as in the unpatched step: the second step draws anew

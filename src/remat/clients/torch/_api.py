@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from remat.schedules import Graph, InvalidRequest, Plan, Simulation, parse_size
+from remat.schedules import Graph, InvalidRequest, InvalidResult, Plan, Simulation, parse_size
+from remat.solvers import ResultDocument
 
 from ._backend import PlannedGraph, RematBackend
 from ._cache import PlanCache
@@ -116,8 +117,8 @@ class RematModule(nn.Module):
         return self.backend.planned[-1].graph
 
     @property
-    def result(self) -> Mapping[str, Any]:
-        """The remat.result/v1 the latest planned graph follows."""
+    def result(self) -> ResultDocument:
+        """The remat.result/v1 the latest planned graph follows (``result.to_json()`` is the document)."""
         return self.backend.planned[-1].result
 
     @property
@@ -231,7 +232,7 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
                   compiler: str = "eager", backward_from: str | int | None = AUTO,
                   transfer: TransferSpec = None, host_budget: int | str | None = None,
                   cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
-                  graph: Graph | None = None, result: Mapping[str, Any] | None = None,
+                  graph: Graph | None = None, result: Mapping[str, Any] | ResultDocument | None = None,
                   **solve_options: Any) -> RematModule:
     """Capture ``model``'s training step, plan it within the budget, and return a module that runs the plan.
 
@@ -286,15 +287,18 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
     graph : Graph, optional
         The graph exported from this step earlier (``remat profile``, :func:`export_graph`): its
         costs are reused; the step must still export the same graph.
-    result : dict, optional
-        A remat.result/v1 to follow instead of solving (``remat solve --output`` on this step's
-        graph); checked like any other, against its own budget unless one is given.
+    result : dict or ResultDocument, optional
+        A remat.result/v1 to follow instead of solving: the JSON ``remat solve --output`` wrote for
+        this step's graph, or a :class:`~remat.solvers.ResultDocument` (another module's ``result``);
+        checked like any other, against its own budget unless one is given.
     **solve_options
         Passed to the solver: ``time_limit_s`` (a cap: local solves stop once their best plan stops
         improving, see :class:`remat.solvers.Convergence`), ``backend``, ``mip_gap``...
 
     Raises
     ------
+    InvalidRequest
+        An argument is malformed: a budget, a strategy, or a ``result`` that is not a remat.result/v1.
     CaptureError
         The step cannot be captured as one graph; the message says what stops it and where.
     PlanRejected
@@ -314,7 +318,7 @@ def backend(budget: int | str | None = None, *, activation_budget: float | None 
             server: str | None = None, cost_model: str = "flops", device: str | None = None,
             compiler: str = "eager", backward_from: str | int | None = AUTO, transfer: TransferSpec = None,
             host_budget: int | str | None = None, cache: bool | str | os.PathLike[str] | PlanCache = True,
-            progress: bool = True, graph: Graph | None = None, result: Mapping[str, Any] | None = None,
+            progress: bool = True, graph: Graph | None = None, result: Mapping[str, Any] | ResultDocument | None = None,
             **solve_options: Any) -> RematBackend:
     """A torch.compile backend that plans every training graph within the budget.
 
@@ -385,14 +389,15 @@ def _backend(budget: int | str | None, activation_budget: float | None, *, strat
              cost_model: str, device: str | None, compiler: str, backward_from: str | int | None,
              transfer: TransferSpec, host_budget: int | str | None,
              cache: bool | str | os.PathLike[str] | PlanCache, progress: bool, graph: Graph | None,
-             result: Mapping[str, Any] | None, solve_options: Mapping[str, Any], name: str = "step",
-             whole_steps: bool = False) -> RematBackend:
+             result: Mapping[str, Any] | ResultDocument | None, solve_options: Mapping[str, Any],
+             name: str = "step", whole_steps: bool = False) -> RematBackend:
     """The backend of :func:`rematerialize` and :func:`backend` from their arguments (a ``result`` followed
     is checked against its own budget unless one is given)."""
-    if result is not None and budget is None and activation_budget is None:
-        budget = int(result.get("budget") or 0)
+    given = None if result is None else _given(result)
+    if given is not None and budget is None and activation_budget is None:
+        budget = given.budget
     planner = _planner(strategy, transfer, host_budget, server=server, options=solve_options, cache=cache,
-                       progress=progress, given=result)
+                       progress=progress, given=given)
     return RematBackend(Budget.of(budget, activation_budget), planner, name=name, cost_model=cost_model,
                         device=device, compiler=compiler, costs_from=graph, backward_from=backward_from,
                         transfer=transfer, whole_steps=whole_steps)
@@ -400,7 +405,7 @@ def _backend(budget: int | str | None, activation_budget: float | None, *, strat
 
 def _planner(strategy: str | None, transfer: TransferSpec, host_budget: int | str | None, *, server: str | None,
              options: Mapping[str, Any], cache: bool | str | os.PathLike[str] | PlanCache, progress: bool,
-             given: Mapping[str, Any] | None = None) -> Planner:
+             given: ResultDocument | None = None) -> Planner:
     """The planner of :func:`rematerialize` and :func:`backend`; the default strategy depends on the transfer (a
     result ``given`` is followed whatever the strategy)."""
     if strategy is None:
@@ -408,6 +413,17 @@ def _planner(strategy: str | None, transfer: TransferSpec, host_budget: int | st
     return Planner(strategy=strategy, server=server,
                    options=options, cache=_cache(cache), progress=progress, given=given,
                    host_budget=None if host_budget is None else parse_size(host_budget))
+
+
+def _given(result: Mapping[str, Any] | ResultDocument) -> ResultDocument:
+    """The ``result=`` to follow as a ResultDocument: given as one, or parsed from its JSON once, here."""
+    if isinstance(result, ResultDocument):
+        return result
+    try:
+        return ResultDocument.from_json(result)
+    except InvalidResult as e:
+        raise InvalidRequest(f"result= must be a remat.result/v1 (what remat solve --output writes): {e}",
+                             field="result") from e
 
 
 def _cache(cache: bool | str | os.PathLike[str] | PlanCache) -> PlanCache | None:

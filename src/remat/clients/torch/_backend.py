@@ -19,9 +19,10 @@ it leave (the budget less their fixed memory and the values they keep for their 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from torch import fx, nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation, format_size
-from remat.solvers import FITTING_STATUSES
+from remat.solvers import FITTING_STATUSES, ResultDocument
 
 from ._capture import DryRun
 from ._costs import node_costs
@@ -57,7 +58,8 @@ class PlannedGraph:
 
     joint: JointGraph
     graph: Graph
-    result: Mapping[str, Any]
+    result: ResultDocument
+    """The remat.result/v1 the graph follows (``result.to_json()`` is the document)."""
     plan: Plan
     simulation: Simulation
     budget: int
@@ -190,14 +192,14 @@ class RematBackend:
         budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
         transfer = transfer_for(self.transfer, graph, joint)
         inherited = self._inherited.pop((graph.sha256, budget), None)
-        solved, source = (dict(inherited.result), inherited.source) if inherited is not None else \
+        solved, source = (inherited.result, inherited.source) if inherited is not None else \
             self.planner.result(graph, budget, what=joint.name, transfer=transfer)
-        if self._leanest_will_do and solved.get("status") not in FITTING_STATUSES and solved.get("smallest_peak"):
-            budget = solved["smallest_peak"]
+        if self._leanest_will_do and solved.status not in FITTING_STATUSES and solved.smallest_peak:
+            budget = solved.smallest_peak
             solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
         plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
                                         host_budget=self.planner.host_budget)
-        result: Mapping[str, Any] = solved
+        result = solved
         if plan.has_transfers and self.compiler != "eager":
             raise PlanRejected(f"The plan copies values to host memory and back, which only compiler='eager' runs "
                                f"(Inductor places its own frees); use compiler='eager', or no transfer with "
@@ -300,8 +302,8 @@ def _inductor_partitioner(partition: _Partition) -> Any:
     return RematPartitioner()
 
 
-def _random_ops_once(graph: Graph, joint: JointGraph, result: Mapping[str, Any], plan: Plan, simulation: Simulation,
-                     budget: int) -> tuple[Mapping[str, Any], Plan, Simulation]:
+def _random_ops_once(graph: Graph, joint: JointGraph, result: ResultDocument, plan: Plan, simulation: Simulation,
+                     budget: int) -> tuple[ResultDocument, Plan, Simulation]:
     """The plan for Inductor, which cannot replay a random state but dropout's (:mod:`._random`): the other
     random ops computed once and kept (see :func:`computing_random_ops_once`), simulated again; the result
     says so. Refused if it no longer fits."""
@@ -315,9 +317,10 @@ def _random_ops_once(graph: Graph, joint: JointGraph, result: Mapping[str, Any],
                            f"{format_size(again.peak_memory)}, over the budget of {format_size(budget)}. Use "
                            f"compiler='eager' or a larger budget.")
     note = f"random ops computed once for Inductor: peak {again.peak_memory}, cost {again.cost:g}"
-    return ({**result, "plan": kept.to_json(graph), "peak_memory": again.peak_memory, "cost": again.cost,
-             "overhead": again.cost / graph.base_cost if graph.base_cost else None,
-             "log": [*result.get("log", []), note]}, kept, again)
+    patched = dataclasses.replace(result, plan=kept.to_json(graph), peak_memory=again.peak_memory, cost=again.cost,
+                                  overhead=again.cost / graph.base_cost if graph.base_cost else None,
+                                  log=(*result.log, note))
+    return patched, kept, again
 
 
 def _warn_if_accumulating(inputs: Sequence[Any], name: str) -> bool:

@@ -4,8 +4,8 @@ A plan is keyed by what determines it: the graph's SHA-256 (its nodes, costs and
 input shape or model is a new graph), the budget in bytes, the strategy and the solver options.
 Entries are remat.result/v1 files in ``$REMAT_CACHE_DIR`` (default ``~/.cache/remat/plans``, under
 ``$XDG_CACHE_HOME`` when set); the least recently used go once there are more than ``max_entries``.
-A cached result is checked like any other before it runs, so a stale or damaged file costs a solve,
-never a wrong step.
+A file is parsed as a :class:`~remat.solvers.ResultDocument` when read, and the result is checked like any
+other before it runs, so a stale or damaged file costs a solve, never a wrong step.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from remat.schedules import InvalidResult
+from remat.solvers import ResultDocument
 
 __all__ = ["PlanCache", "default_cache_dir"]
 
@@ -43,27 +46,27 @@ class PlanCache:
         request = json.dumps([graph_sha256, budget, strategy, dict(options)], sort_keys=True, default=str)
         return hashlib.sha256(request.encode()).hexdigest()
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The result stored under ``key``, or None (a file that cannot be read is removed)."""
+    def get(self, key: str) -> ResultDocument | None:
+        """The result stored under ``key``, or None (a file that cannot be read as a remat.result/v1 is removed)."""
         path = self.directory / f"{key}.json"
         try:
-            result = json.loads(path.read_text(encoding="utf-8"))
+            result = ResultDocument.from_json(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
+        except (OSError, ValueError, InvalidResult):
             path.unlink(missing_ok=True)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used
-        return result if isinstance(result, dict) else None
+        return result
 
-    def put(self, key: str, result: Mapping[str, Any]) -> None:
+    def put(self, key: str, result: ResultDocument) -> None:
         """Store ``result`` under ``key`` atomically, then trim the directory to ``max_entries``."""
         self.directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(result, f)
+                json.dump(result.to_json(), f)
             os.replace(tmp, self.directory / f"{key}.json")
         finally:
             with contextlib.suppress(FileNotFoundError):

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from remat.schedules import Graph, InvalidRequest
+from remat.solvers import ResultDocument
 
 from ._api import RematModule, _backend
 from ._cache import PlanCache
@@ -84,7 +85,8 @@ def enable(model: M, budget: int | str | None = None, *, activation_budget: floa
            device: str | None = None, compiler: str = "eager", backward_from: str | int | None = AUTO,
            transfer: TransferSpec = None, host_budget: int | str | None = None,
            cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
-           graph: Graph | None = None, result: Mapping[str, Any] | None = None, **solve_options: Any) -> M:
+           graph: Graph | None = None, result: Mapping[str, Any] | ResultDocument | None = None,
+           **solve_options: Any) -> M:
     """Make ``model``'s training calls follow a plan within the budget, in place; returns ``model`` itself.
 
     The model stays the same object (its class, attributes, parameters, ``state_dict()`` and the

@@ -99,7 +99,7 @@ class Explanation:
         yield (f"{joint.name}: {len(self.values)} values, budget {format_size(p.budget)}; planned peak "
                f"{format_size(sim.peak_memory)} ({format_size(joint.resident_memory)} of parameters, buffers and "
                f"inputs, {format_size(self.planned_peak)} more), {sim.cost / graph.base_cost:.3f}x the step's "
-               f"compute; plan {p.result.get('strategy')} {p.result.get('status')} ({p.source})")
+               f"compute; plan {p.result.strategy} {p.result.status.value} ({p.source})")
         if where is not None:
             yield (f"The peak comes in the {where.kind}, at {where.op} of {where.module or 'the step'}"
                    f"{' (' + where.line + ')' if where.line else ''}.")

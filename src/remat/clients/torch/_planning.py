@@ -30,7 +30,7 @@ from remat.schedules import (
     parse_size,
     simulate,
 )
-from remat.solvers import FITTING_STATUSES
+from remat.solvers import FITTING_STATUSES, ResultDocument
 
 from ._cache import PlanCache
 from ._errors import PlanRejected
@@ -136,9 +136,9 @@ class Planner:
     options: Mapping[str, Any] = field(default_factory=dict)
     cache: PlanCache | None = None
     progress: bool = True
-    given: Mapping[str, Any] | None = None
+    given: ResultDocument | None = None
     host_budget: int | None = None
-    _solved: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _solved: dict[str, ResultDocument] = field(default_factory=dict, init=False, repr=False)
     """Fitting results solved here, by cache key: a graph TorchDynamo compiles again is solved once, with or
     without the cache on disk."""
 
@@ -149,37 +149,36 @@ class Planner:
                                  f"drop {extra} or solve in-process.", field="server")
 
     def result(self, graph: Graph, budget: int, *, what: str,
-               transfer: Transfer | None = None) -> tuple[dict[str, Any], str]:
+               transfer: Transfer | None = None) -> tuple[ResultDocument, str]:
         """A remat.result/v1 for ``graph`` at ``budget`` bytes and where it came from: given, cache or solved.
 
         With ``transfer``, the plan may copy values to host memory and back over that link.
         """
         if self.given is not None:
-            return dict(self.given), "given"
+            return self.given, "given"
         copies = {} if transfer is None else {"transfer": transfer.to_json(), "host_budget": self.host_budget}
         key = PlanCache.key(graph.sha256, budget, self.strategy, {**self.options, **copies})
         if key in self._solved:
-            return dict(self._solved[key]), "solved"
+            return self._solved[key], "solved"
         cached = self.cache.get(key) if self.cache is not None else None
-        if cached is not None and cached.get("status") in FITTING_STATUSES \
-                and cached.get("graph_sha256") == graph.sha256:
+        if cached is not None and cached.status in FITTING_STATUSES and cached.graph_sha256 == graph.sha256:
             return cached, "cache"
         result = self._solve(graph, budget, what, copies)
-        if result.get("status") not in FITTING_STATUSES:
+        if result.status not in FITTING_STATUSES:
             result = self._smallest_plan(graph, budget, result)
-        if result.get("status") in FITTING_STATUSES:
+        if result.status in FITTING_STATUSES:
             self._solved[key] = result
             if self.cache is not None:
                 self.cache.put(key, result)
         return result, "solved"
 
-    def _solve(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> dict[str, Any]:
+    def _solve(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> ResultDocument:
         """Solve here or on the service; ``copies`` holds the request's ``transfer`` (JSON) and ``host_budget``."""
         if self.server is not None:
             from remat.clients.http import Client
 
             with Client(self.server) as client:
-                return client.solve(graph, budget=budget, strategy=self.strategy, **copies, **self.options).to_json()
+                return client.solve(graph, budget=budget, strategy=self.strategy, **copies, **self.options)
         from remat.solvers import solve
 
         transfer = Transfer.from_json(copies["transfer"]) if copies else None
@@ -192,9 +191,9 @@ class Planner:
             overhead = f"{result.simulation.cost / graph.base_cost:.3f}x the step's compute" \
                 if result.simulation is not None and graph.base_cost > 0 else "no plan"
             line.close(f"{result.status.value} in {result.solve_time_s:.1f} s, {overhead}")
-        return result.to_json()
+        return result.document()
 
-    def _smallest_plan(self, graph: Graph, budget: int, failed: dict[str, Any]) -> dict[str, Any]:
+    def _smallest_plan(self, graph: Graph, budget: int, failed: ResultDocument) -> ResultDocument:
         """The plan of the baseline that holds the least, when the strategy found none that fits.
 
         It is the answer when it fits; otherwise the strategy's result is kept, with the smallest
@@ -204,19 +203,20 @@ class Planner:
         """
         from remat.solvers import solve
 
+        floor: ResultDocument | None
         try:
-            floor = solve(graph, budget=max(budget, graph.min_feasible_budget), strategy=MIN_FLOOR_STRATEGY).to_json()
+            floor = solve(graph, budget=max(budget, graph.min_feasible_budget), strategy=MIN_FLOOR_STRATEGY).document()
         except StrategyNotApplicable:  # too large a graph for it: the strategy's own plan is all there is
-            floor = {}
-        if floor.get("status") in FITTING_STATUSES and floor["peak_memory"] <= budget:
-            floor["log"] = [*failed.get("log", [])[-3:], f"{self.strategy} found no plan within the budget; "
-                            f"{MIN_FLOOR_STRATEGY}'s plan fits", *floor.get("log", [])]
-            return floor
-        peaks = [(peak, r["strategy"]) for r in (failed, floor)
-                 for peak in (r.get("peak_memory"), r.get("smallest_peak")) if peak is not None]
+            floor = None
+        if floor is not None and floor.status in FITTING_STATUSES and floor.peak_memory is not None \
+                and floor.peak_memory <= budget:
+            return dataclasses.replace(floor, log=(*failed.log[-3:], f"{self.strategy} found no plan within the "
+                                                   f"budget; {MIN_FLOOR_STRATEGY}'s plan fits", *floor.log))
+        peaks = [(peak, r.strategy) for r in (failed, floor) if r is not None
+                 for peak in (r.peak_memory, r.smallest_peak) if peak is not None]
         peak, strategy = min([*peaks, (graph.checkpoint_all_peak, "checkpoint-all")])
         least = f"{strategy}'s plan peaks at {format_size(peak)}, the least of any found"
-        return {**failed, "smallest_peak": peak, "log": [*failed.get("log", []), least]}
+        return dataclasses.replace(failed, smallest_peak=peak, log=(*failed.log, least))
 
 
 def computing_random_ops_once(graph: Graph, plan: Plan, *, replayed: Collection[str] = ()) -> Plan:
@@ -288,24 +288,24 @@ def _counting_parts_once(graph: Graph, joint: JointGraph, plan: Plan, simulation
                                timeline=timeline)
 
 
-def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int, joint: JointGraph | None = None,
+def check_result(graph: Graph, result: ResultDocument, *, budget: int, joint: JointGraph | None = None,
                  transfer: Transfer | None = None, host_budget: int | None = None) -> tuple[Plan, Simulation]:
-    """Re-simulate the plan of a remat.result/v1 and refuse it unless it fits ``budget`` on this graph.
+    """Re-simulate the plan of a remat.result/v1 (``ResultDocument.from_json`` reads its JSON) and refuse it unless
+    it fits ``budget`` on this graph.
 
     A plan that copies values to host memory is simulated with ``transfer`` (by default the result's
     own) and must also keep its host copies within ``host_budget``. With the ``joint`` graph, the plan
     is simulated as run (:func:`simulate_as_run`) and a refusal also quotes budgets as fractions of the
     activation memory.
     """
-    status = result.get("status")
-    if status not in FITTING_STATUSES:
+    if result.status not in FITTING_STATUSES:
         raise PlanRejected(_no_plan(graph, result, budget, joint))
-    if result.get("graph_sha256") != graph.sha256:
+    if result.graph_sha256 != graph.sha256:
         raise PlanRejected("The result was made for another graph (its graph_sha256 differs).")
     try:
-        plan = Plan.from_json(graph, result.get("plan"))
-        if transfer is None and plan.has_transfers and result.get("transfer") is not None:
-            transfer = Transfer.from_json(result["transfer"])
+        plan = Plan.from_json(graph, result.plan)
+        if transfer is None and plan.has_transfers:
+            transfer = result.transfer
         simulation = simulate(graph, plan, transfer=transfer) if joint is None else \
             simulate_as_run(graph, joint, plan, transfer=transfer)
     except (InvalidPlan, InvalidRequest) as e:
@@ -319,7 +319,7 @@ def check_result(graph: Graph, result: Mapping[str, Any], *, budget: int, joint:
     return plan, simulation
 
 
-def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointGraph | None) -> str:
+def _no_plan(graph: Graph, result: ResultDocument, budget: int, joint: JointGraph | None) -> str:
     """Why there is no plan, with the leanest plan found (a budget that has one) and the floor no plan goes below."""
 
     def size(total: int) -> str:
@@ -327,13 +327,13 @@ def _no_plan(graph: Graph, result: Mapping[str, Any], budget: int, joint: JointG
             return format_size(total)
         return f"{format_size(total)}, activation_budget={activation_ratio(total, graph, joint):.3f}"
 
-    log = ((result.get("log") or [""])[-1])[:300]
-    text = (f"Strategy {result.get('strategy')!r} returned status {result.get('status')!r} for a budget of "
+    log = ((result.log or ("",))[-1])[:300]
+    text = (f"Strategy {result.strategy!r} returned status {result.status.value!r} for a budget of "
             f"{size(budget)}.")
     if joint is not None and budget < joint.resident_memory:
         text += (f" That is less than the step holds before it allocates anything: its parameters, buffers and "
                  f"inputs take {format_size(joint.resident_memory)}.")
-    leanest = result.get("smallest_peak") or graph.checkpoint_all_peak
+    leanest = result.smallest_peak or graph.checkpoint_all_peak
     text += (f" The leanest plan found peaks at {size(leanest)} (a budget at or above it has a plan); no plan can "
              f"go below {size(graph.min_feasible_budget)} (a bound).")
     held = 0 if joint is None else joint.fixed["outputs"] + joint.fixed["tangents"]
