@@ -4,8 +4,9 @@ A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``. The conte
 user's :class:`SolveLimits` (time, gap, threads, backend, strategy options, convergence rule), the
 :class:`OffloadSettings` that strategies which offload read, a :class:`Stop` that whoever stops the
 solve sets with its reason, a progress sink, and the :class:`SolveRecord` (log and trails) that every
-copy made for a part of the solve shares unless it says otherwise. The outcome is the best schedule found plus what the
-strategy proved about it; :func:`remat.solvers.solve` turns it into a simulated result.
+copy made for a part of the solve shares unless it says otherwise. The outcome is the best schedule
+found plus what the strategy proved about it; :func:`remat.solvers.solve` turns it into a simulated
+result.
 """
 
 from __future__ import annotations
