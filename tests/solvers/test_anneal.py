@@ -11,7 +11,7 @@ from factories import benchmark_graph, chain, random_dags
 from hypothesis import given, settings
 
 from remat.schedules import Graph, plan_from_schedule, resolve_budget, simulate
-from remat.solvers import SolveContext, solve
+from remat.solvers import SolveContext, SolveLimits, solve
 from remat.solvers.search import Annealer, Timeline, _annealer, anneal, timeline_from_schedule
 
 
@@ -101,7 +101,7 @@ def test_each_cooling_cycle_starts_from_the_best_state(monkeypatch: pytest.Monke
         restarts.append(annealer.tl.extra_cost)
 
     monkeypatch.setattr(annealer, "adopt", adopt)
-    annealer.run(SolveContext(time_limit_s=2.0), first_cycle_s=0.1)
+    annealer.run(SolveContext(SolveLimits(time_limit_s=2.0)), first_cycle_s=0.1)
     assert restarts and annealer.best_cost is not None
     # each from the best so far, which only improves (the running total drifts by rounding)
     assert all(later <= earlier + 1e-9 for earlier, later in zip(restarts, restarts[1:], strict=False))
@@ -121,7 +121,7 @@ def test_a_baseline_start_keeps_its_cost_and_never_needs_more_memory() -> None:
 def test_a_stop_request_ends_the_run_with_the_best_plan_so_far() -> None:
     g = benchmark_graph("rl250")
     budget = resolve_budget(g, budget_ratio=0.8)
-    ctx = SolveContext(time_limit_s=3600)
+    ctx = SolveContext(SolveLimits(time_limit_s=3600))
     annealer = Annealer(g, budget)
     threading.Timer(2.0, ctx.stop_event.set).start()
     annealer.run(ctx)

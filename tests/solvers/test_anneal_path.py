@@ -103,12 +103,13 @@ def test_on_the_12_block_gpt_at_half_its_peak_the_bound_counts_recomputation_cha
 LP_RUNGS_SOLVED = """
 import json, sys
 from remat.schedules import Graph, resolve_budget
-from remat.solvers import SolveContext
+from remat.solvers import SolveContext, SolveLimits
 from remat.solvers.checkmate import _anneal_worker as worker
 graph = Graph.from_path(sys.argv[1])
 asked, solve = [], worker.retention_bound
 worker.retention_bound = lambda *args, stages, **kwargs: asked.append(stages) or solve(*args, stages=stages, **kwargs)
-worker._lp_bound(graph, resolve_budget(graph, budget_ratio=0.5), SolveContext(time_limit_s=60), lambda _: None)
+worker._lp_bound(graph, resolve_budget(graph, budget_ratio=0.5), SolveContext(SolveLimits(time_limit_s=60)),
+                  lambda _: None)
 print(json.dumps(asked))
 """
 

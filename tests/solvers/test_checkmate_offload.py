@@ -11,7 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat.schedules import Graph, InvalidRequest, Transfer, simulate
-from remat.solvers import FITTING_STATUSES, Convergence, Progress, ResultStatus, SolveContext, Stop, solve
+from remat.solvers import (
+    FITTING_STATUSES,
+    Convergence,
+    OffloadSettings,
+    Progress,
+    ResultStatus,
+    SolveContext,
+    SolveLimits,
+    Stop,
+    solve,
+)
 from remat.solvers.checkmate import build_offload_model, solve_offload_milp
 
 FAST = Transfer(bandwidth=4.0)
@@ -145,7 +155,7 @@ def test_a_stopped_solve_ends_at_once() -> None:
 
 def test_the_joint_milp_offloads_every_activation_behind_a_compute() -> None:
     g = chain(8)
-    ctx = SolveContext(time_limit_s=30, backend="highs", transfer=FAST)
+    ctx = SolveContext(SolveLimits(time_limit_s=30, backend="highs"), OffloadSettings(transfer=FAST))
     found = solve_offload_milp(g, 4, FAST, ctx, None)
     assert found.plan is not None and found.plan.has_transfers
     assert simulate(g, found.plan, transfer=FAST).cost == 17.0
@@ -180,8 +190,8 @@ def test_the_joint_milps_plans_keep_to_its_memory_once_stages_wait_for_their_off
         g: Graph, bandwidth: float, where: float) -> None:
     budget = int(g.min_feasible_budget + where * (g.checkpoint_all_peak - g.min_feasible_budget))
     transfer = Transfer(bandwidth=bandwidth)
-    ctx = SolveContext(time_limit_s=30, backend="highs", transfer=transfer)
+    ctx = SolveContext(SolveLimits(time_limit_s=30, backend="highs"), OffloadSettings(transfer=transfer))
     found = solve_offload_milp(g, budget, transfer, ctx, None)
-    assert not any("solving again" in line for line in ctx.log)  # no answer simulated over the budget
+    assert not any("solving again" in line for line in ctx.record.log)  # no answer simulated over the budget
     if found.plan is not None:
         assert simulate(g, found.plan, transfer=transfer).peak_memory <= budget

@@ -7,7 +7,7 @@ import time
 
 from factories import benchmark_graph
 
-from remat.solvers import STRATEGIES, Convergence, ResultStatus, SolveContext, Stop, solve
+from remat.solvers import STRATEGIES, Convergence, ResultStatus, SolveContext, SolveLimits, SolveRecord, Stop, solve
 
 
 def test_the_rule_looks_at_the_improvement_over_its_window() -> None:
@@ -21,7 +21,8 @@ def test_the_rule_looks_at_the_improvement_over_its_window() -> None:
 
 
 def test_while_no_plan_fits_the_rule_looks_at_the_leanest_plans_peak_over_a_longer_window() -> None:
-    ctx = SolveContext(convergence=Convergence(window_s=0.1, tolerance=0.01), started=time.monotonic() - 1.0)
+    rule = Convergence(window_s=0.1, tolerance=0.01)
+    ctx = SolveContext(SolveLimits(convergence=rule), started=time.monotonic() - 1.0)
     ctx.report_leanest(100)
     ctx.started -= 1.0                                          # a second later
     ctx.report_leanest(90)
@@ -33,7 +34,8 @@ def test_while_no_plan_fits_the_rule_looks_at_the_leanest_plans_peak_over_a_long
 
 
 def test_a_solve_whose_own_chain_still_improves_has_not_converged() -> None:
-    ctx = SolveContext(convergence=Convergence(window_s=1.0, tolerance=0.01), started=time.monotonic() - 1.0)
+    rule = Convergence(window_s=1.0, tolerance=0.01)
+    ctx = SolveContext(SolveLimits(convergence=rule), started=time.monotonic() - 1.0)
     ctx.report(incumbent_cost=100.0)                            # a helper's plan
     ctx.report_chain(120.0)                                     # the solve process's chain, behind it
     ctx.started -= 2.0
@@ -41,8 +43,9 @@ def test_a_solve_whose_own_chain_still_improves_has_not_converged() -> None:
     assert not ctx.converged()
     ctx.started -= 2.0
     assert ctx.converged()                                      # neither has improved for 2 s
-    assert SolveContext(convergence=Convergence(window_s=1.0), started=time.monotonic() - 5.0,
-                        trail=[(0.0, 100.0)]).converged()       # no chain of its own: the best plan decides
+    alone = SolveContext(SolveLimits(convergence=Convergence(window_s=1.0)), started=time.monotonic() - 5.0,
+                         record=SolveRecord(trail=[(0.0, 100.0)]))
+    assert alone.converged()                                    # no chain of its own: the best plan decides
 
 
 def test_a_budget_under_every_plan_found_is_answered_once_the_floor_stops_falling() -> None:

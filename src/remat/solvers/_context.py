@@ -1,13 +1,17 @@
 """What a strategy is given besides the graph and budget, and what it hands back.
 
 A strategy is a plain function ``run(graph, budget, ctx) -> Outcome``. The context carries the
-user's limits (time, gap, threads, backend, strategy options), a :class:`Stop` that whoever
-stops the solve sets with its reason, and a progress sink. The outcome is the best schedule found plus what the
-strategy proved about it; :func:`remat.solvers.solve` turns it into a simulated result.
+user's :class:`SolveLimits` (time, gap, threads, backend, strategy options, convergence rule), the
+:class:`OffloadSettings` that strategies which offload read, a :class:`Stop` that whoever stops the
+solve sets with its reason, a progress sink, and the :class:`SolveRecord` (log and trails) that every
+copy made for a part of the solve shares unless it says otherwise. The outcome is the best schedule
+found plus what the strategy proved about it; :func:`remat.solvers.solve` turns it into a simulated
+result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -24,9 +28,12 @@ __all__ = [
     "DEFAULT_CONVERGENCE",
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
+    "OffloadSettings",
     "Outcome",
     "Progress",
     "SolveContext",
+    "SolveLimits",
+    "SolveRecord",
     "Stop",
     "StopReason",
     "Throttle",
@@ -156,20 +163,41 @@ class Stop(threading.Event):
         return (self._reason or StopReason.CANCEL) if self.is_set() else None
 
 
-@dataclass
-class SolveContext:
-    """Limits and control handles for one solve; ``stop_event`` is set, with its reason, to end it early."""
+@dataclass(frozen=True)
+class SolveLimits:
+    """What the caller fixed for a solve: its time limit, gap, threads, backend, strategy options and
+    convergence rule; a copy of the context (:meth:`SolveContext.within`) may only shorten the time limit."""
 
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    """Seconds from the context's start after which the solve (or the part of it given the context) ends."""
     mip_gap: float = DEFAULT_MIP_GAP
     threads: int = field(default_factory=default_threads)
     backend: str = "auto"
     options: Mapping[str, Any] = field(default_factory=dict)
-    stop_event: Stop = field(default_factory=Stop)
-    on_progress: Callable[[Progress], None] | None = None
-    started: float = field(default_factory=time.monotonic)
-    log: list[str] = field(default_factory=list)
     convergence: Convergence | None = None
+
+
+@dataclass(frozen=True)
+class OffloadSettings:
+    """What only strategies that offload read: how long copies to host memory and back last, and how many
+    bytes of host memory a plan's copies may hold."""
+
+    transfer: Transfer | None = None
+    """How long copies to host memory and back last; given when the strategy may offload."""
+    host_budget: int | None = None
+    """Bytes of host memory a plan's copies may hold (None: no cap)."""
+
+
+@dataclass
+class SolveRecord:
+    """What a solve noted as it ran: its log, and the trails its convergence rule reads.
+
+    One record is shared by a context and every copy made from it with :meth:`SolveContext.within`,
+    :meth:`~SolveContext.reporting_to` or :meth:`~SolveContext.stopped_by` (a line logged or a best
+    reported in any of them is the solve's); only :meth:`SolveContext.detached` starts a new one.
+    """
+
+    log: list[str] = field(default_factory=list)
     trail: list[tuple[float, float]] = field(default_factory=list)
     """(elapsed seconds, cost) of every new best reported, in order."""
     floor_trail: list[tuple[float, float]] = field(default_factory=list)
@@ -178,17 +206,64 @@ class SolveContext:
     """(elapsed seconds, cost) of every new best of the solve process's own chain, in order: while it
     still improves, the search has not converged, though a better plan from elsewhere hides that from
     :attr:`trail`."""
-    transfer: Transfer | None = None
-    """How long copies to host memory and back last; given when the strategy may offload."""
-    host_budget: int | None = None
-    """Bytes of host memory a plan's copies may hold (None: no cap)."""
+
+    def converged(self, rule: Convergence, now: float) -> bool:
+        """True when ``rule`` holds at ``now`` for the costs reported and for the solve process's chain, if
+        it reports its own; while no plan has been reported, for the leanest plans' peaks."""
+        if self.trail:
+            return rule.reached(self.trail, now) and (not self.chain_trail or rule.reached(self.chain_trail, now))
+        return rule.reached(self.floor_trail, now, window_s=rule.floor_window_s)
+
+
+@dataclass
+class SolveContext:
+    """What a strategy is given for one solve: its :class:`SolveLimits`, its :class:`OffloadSettings`, the
+    stop flag (set, with its reason, to end it early), the progress sink and the :class:`SolveRecord`.
+
+    A part of a solve gets a copy made by a method that says what the copy shares: :meth:`within` (a
+    shorter time), :meth:`reporting_to` (another sink), :meth:`stopped_by` (another stop flag), each
+    sharing the rest, or :meth:`detached` (a fresh record and no sink, for work whose findings are
+    offered to the solve by its caller).
+    """
+
+    limits: SolveLimits = field(default_factory=SolveLimits)
+    offload: OffloadSettings = field(default_factory=OffloadSettings)
+    stop_event: Stop = field(default_factory=Stop)
+    on_progress: Callable[[Progress], None] | None = None
+    record: SolveRecord = field(default_factory=SolveRecord)
+    started: float = field(default_factory=time.monotonic)
+    """When the time limit started counting (time.monotonic); every copy has the same."""
+
+    def within(self, seconds: float) -> SolveContext:
+        """A copy that ends ``seconds`` from now, or at this context's limit if sooner; it shares everything
+        else: stop flag, progress sink and record."""
+        limit = min(self.limits.time_limit_s, self.elapsed_s() + seconds)
+        return dataclasses.replace(self, limits=dataclasses.replace(self.limits, time_limit_s=limit))
+
+    def reporting_to(self, sink: Callable[[Progress], None] | None) -> SolveContext:
+        """A copy whose progress goes to ``sink`` (a filter in front of this context's own sink, or None for
+        none); it shares the limits, the stop flag and the record."""
+        return dataclasses.replace(self, on_progress=sink)
+
+    def stopped_by(self, stop: Stop) -> SolveContext:
+        """A copy that ends when ``stop`` is set (a part of the solve that may end before the rest does),
+        and not by this context's flag; it shares the limits, the progress sink and the record."""
+        return dataclasses.replace(self, stop_event=stop)
+
+    def detached(self, seconds: float) -> SolveContext:
+        """A copy for side work that may take ``seconds`` (as :meth:`within`) and whose plans its caller
+        offers to the solve, or are another budget's: it shares the stop flag, but starts a fresh record and
+        has no progress sink and no convergence rule, so what it reports is not the solve's."""
+        part = self.within(seconds)
+        return dataclasses.replace(part, limits=dataclasses.replace(part.limits, convergence=None),
+                                   on_progress=None, record=SolveRecord())
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 
     def remaining_s(self) -> float:
         """Seconds left before the time limit (never negative)."""
-        return max(0.0, self.time_limit_s - self.elapsed_s())
+        return max(0.0, self.limits.time_limit_s - self.elapsed_s())
 
     def stopped(self) -> bool:
         """True once the solve was cancelled, converged or ran out of time."""
@@ -204,38 +279,32 @@ class SolveContext:
         return self.stop_event.reason
 
     def converged(self) -> bool:
-        """True when the context's convergence rule holds for the costs reported so far and for the
-        solve process's chain, if it reports its own; while no plan has been reported, for the
-        leanest plans' peaks."""
-        rule, now = self.convergence, self.elapsed_s()
-        if rule is None:
-            return False
-        if self.trail:
-            return rule.reached(self.trail, now) and (not self.chain_trail or rule.reached(self.chain_trail, now))
-        return rule.reached(self.floor_trail, now, window_s=rule.floor_window_s)
+        """True when the limits' convergence rule holds for the record (:meth:`SolveRecord.converged`)."""
+        rule = self.limits.convergence
+        return rule is not None and self.record.converged(rule, self.elapsed_s())
 
     def proves(self, cost: float, bound: float | None) -> bool:
-        """True when ``bound`` shows that a plan of ``cost`` is optimal within the context's gap."""
-        return bound is not None and cost < math.inf and cost - bound <= (self.mip_gap + 1e-9) * cost
+        """True when ``bound`` shows that a plan of ``cost`` is optimal within the limits' gap."""
+        return bound is not None and cost < math.inf and cost - bound <= (self.limits.mip_gap + 1e-9) * cost
 
     def report(self, *, incumbent_cost: float | None = None, lower_bound: float | None = None,
                message: str | None = None) -> None:
         """Pass a progress snapshot to the sink, if there is one; a message also goes into the log."""
         if message:
-            self.log.append(message)
+            self.record.log.append(message)
         if incumbent_cost is not None:
-            self._record(self.trail, incumbent_cost)
+            self._record(self.record.trail, incumbent_cost)
         if self.on_progress is not None:
             self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound,
                                       relative_gap(incumbent_cost, lower_bound), message))
 
     def report_chain(self, cost: float) -> None:
         """Record a new best of the solve process's own chain (the convergence rule waits while it improves)."""
-        self._record(self.chain_trail, cost)
+        self._record(self.record.chain_trail, cost)
 
     def report_leanest(self, peak: float) -> None:
         """Record the peak of a new leanest plan, reached while no plan fits (the convergence rule's floor)."""
-        self._record(self.floor_trail, peak)
+        self._record(self.record.floor_trail, peak)
 
     def _record(self, trail: list[tuple[float, float]], value: float) -> None:
         """Append ``value`` to ``trail``, with the time, when it is lower than the last."""

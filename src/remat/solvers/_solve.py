@@ -29,9 +29,11 @@ from ._context import (
     DEFAULT_MIP_GAP,
     DEFAULT_TIME_LIMIT_S,
     Convergence,
+    OffloadSettings,
     Outcome,
     Progress,
     SolveContext,
+    SolveLimits,
     Stop,
     StopReason,
     default_threads,
@@ -92,17 +94,18 @@ def solve(
         host_budget = whole_number(host_budget, what="'host_budget'", field="host_budget")
     strat.check(graph)
     ctx = SolveContext(
-        time_limit_s=time_limit_s,
-        mip_gap=mip_gap,
-        threads=threads or default_threads(),
-        backend=backend or "auto",
-        options=dict(options or {}),
+        SolveLimits(
+            time_limit_s=time_limit_s,
+            mip_gap=mip_gap,
+            threads=threads or default_threads(),
+            backend=backend or "auto",
+            options=dict(options or {}),
+            convergence=convergence if strat.anytime else None,
+        ),
+        OffloadSettings(transfer=transfer, host_budget=host_budget),
         stop_event=stop_event or Stop(),
         on_progress=on_progress,
         started=started,
-        convergence=convergence if strat.anytime else None,
-        transfer=transfer,
-        host_budget=host_budget,
     )
     if limit < graph.min_feasible_budget:
         outcome = Outcome(None, infeasible=True, log=[
@@ -113,19 +116,20 @@ def solve(
                 outcome = strat.run(graph, limit, ctx)
         except SolverFailed as e:
             return Result(graph, strategy, None, ResultStatus.ERROR, limit, time.monotonic() - started,
-                          log=[*ctx.log, str(e)], transfer=transfer, host_budget=host_budget)
+                          log=[*ctx.record.log, str(e)], transfer=transfer, host_budget=host_budget)
     return _finish(graph, strategy, limit, outcome, ctx, started)
 
 
 def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: SolveContext,
             started: float) -> Result:
     """Simulate the outcome's plan and decide the status from what the simulation shows."""
-    log = [*ctx.log, *outcome.log]
+    log = [*ctx.record.log, *outcome.log]
     result = Result(graph, strategy, outcome.backend, ResultStatus.TIMEOUT, budget, 0.0,
-                    fallback=outcome.fallback, log=log, transfer=ctx.transfer, host_budget=ctx.host_budget)
+                    fallback=outcome.fallback, log=log, transfer=ctx.offload.transfer,
+                    host_budget=ctx.offload.host_budget)
     reason = ctx.stop_reason
-    if reason is StopReason.CONVERGED and ctx.convergence is not None:
-        rule = ctx.convergence
+    rule = ctx.limits.convergence
+    if reason is StopReason.CONVERGED and rule is not None:
         if outcome.found:
             log.append(f"stopped when converged: the best plan improved by less than {rule.tolerance:.2%} "
                        f"in {rule.window_s:g} s")
@@ -146,7 +150,7 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
         assert plan is not None, "found: a schedule or a plan"
         result.schedule = outcome.schedule
         result.plan = plan
-        result.simulation = simulate(graph, plan, transfer=ctx.transfer)
+        result.simulation = simulate(graph, plan, transfer=ctx.offload.transfer)
         bound = graph.base_cost if outcome.lower_bound is None else max(graph.base_cost, outcome.lower_bound)
         result.lower_bound = min(bound, result.simulation.cost)
         if not result.fits:
@@ -168,7 +172,7 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
 
 def _watching_convergence(ctx: SolveContext) -> AbstractContextManager[None]:
     """While the block runs, stop the solve (reason ``converged``) once the context's rule holds."""
-    if ctx.convergence is None:
+    if ctx.limits.convergence is None:
         return contextlib.nullcontext()
     return watching(lambda: not ctx.stop_event.is_set() and ctx.converged(), lambda: ctx.stop(StopReason.CONVERGED),
                     every_s=CONVERGENCE_POLL_S, name="remat-convergence")

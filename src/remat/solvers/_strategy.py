@@ -79,7 +79,7 @@ class Strategy:
     told); ``check(graph)`` raises StrategyNotApplicable when the strategy does not apply;
     ``backends`` lists the engines it can use (empty for the baselines, which use none); ``knob``
     names the parameter a heuristic searches (one of its options, which pins it); ``options`` declares
-    every option it reads from ``ctx.options`` and the values each accepts; ``offloads`` says its plans
+    every option it reads from ``ctx.limits.options`` and the values each accepts; ``offloads`` says its plans
     copy values to host memory, so it needs transfer parameters; ``offload_option`` names an option that,
     set to true, makes it offload (``checkmate``'s ``offload``); ``anytime`` says it improves its plan until
     stopped, so a solve's convergence rule may stop it (the others end by themselves, or at the time limit).

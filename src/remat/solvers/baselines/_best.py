@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from remat.schedules import Graph, RematError, StrategyNotApplicable, simulate_schedule
 
-from .._context import SolveContext
+from .._context import SolveContext, SolveLimits
 from .._strategy import Strategy
 from .._warm import WarmStart
 from ._table import BASELINES
@@ -46,8 +46,11 @@ def _cheaper(graph: Graph, budget: int, ctx: SolveContext, strategy: Strategy,
     """``strategy``'s plan when it applies, fits and costs less than ``best``; else ``best``."""
     if ctx.stop_event.is_set():
         return best
-    sub = SolveContext(time_limit_s=max(ctx.remaining_s(), 0.1), mip_gap=ctx.mip_gap, threads=ctx.threads,
-                       stop_event=ctx.stop_event)
+    # A context of its own: the baselines' default options, no sink, a record that is not the solve's; only
+    # the stop flag is shared.
+    limits = SolveLimits(time_limit_s=max(ctx.remaining_s(), 0.1), mip_gap=ctx.limits.mip_gap,
+                         threads=ctx.limits.threads)
+    sub = SolveContext(limits, stop_event=ctx.stop_event)
     try:
         strategy.check(graph)
         schedule = strategy.run(graph, budget, sub).schedule
@@ -57,7 +60,7 @@ def _cheaper(graph: Graph, budget: int, ctx: SolveContext, strategy: Strategy,
     except StrategyNotApplicable:
         return best
     except RematError as e:
-        ctx.log.append(f"baseline {strategy.name} failed: {e}")
+        ctx.record.log.append(f"baseline {strategy.name} failed: {e}")
         return best
     if simulation.peak_memory <= budget and (best is None or simulation.cost < best.cost):
         return WarmStart(strategy.name, schedule, simulation)

@@ -68,11 +68,12 @@ def search_knob(
     sample is tried, then the search bisects the gaps on both sides of the best candidate until
     its neighbours are adjacent or :data:`TRIAL_LIMIT` candidates were tried (with cost and peak
     monotone along the knob, as for revolve, that finds the fit boundary exactly).
-    ``ctx.options[knob]``, when given (solve() has checked it against the strategy's declaration), pins
+    ``ctx.limits.options[knob]``, when given (solve() has checked it against the strategy's declaration), pins
     the knob to that one value instead.
     """
-    if knob in ctx.options:
-        values = [ctx.options[knob]]
+    if knob in ctx.limits.options:
+        values = [ctx.limits.options[knob]]
+    transfer, host_budget = ctx.offload.transfer, ctx.offload.host_budget
     distinct = _distinct(values, key)
     trials: dict[int, _Trial] = {}
     kept: list[Schedule | Plan] = []  # the best trial's alone: a schedule can hold O(n^2) computes
@@ -85,14 +86,14 @@ def search_knob(
                 peak, cost = plan_peak_and_cost(graph, found)
                 host_peak = 0
             else:
-                sim = simulate(graph, found, transfer=ctx.transfer)
+                sim = simulate(graph, found, transfer=transfer)
                 peak, host_peak, cost = sim.peak_memory, sim.host_peak_memory, sim.cost
             trial = trials[position] = _Trial(position, value, peak, host_peak, cost)
             if best() is trial:
                 kept[:] = [found]
 
     def best() -> _Trial:
-        return min(trials.values(), key=lambda t: t.key(budget, ctx.host_budget))
+        return min(trials.values(), key=lambda t: t.key(budget, host_budget))
 
     sample = _spread(len(distinct), EXHAUSTIVE_LIMIT)
     for position in sample:
@@ -112,8 +113,8 @@ def search_knob(
         else:
             break
     chosen = best()
-    fits = chosen.excess(budget, ctx.host_budget) == 0
-    host = f", host {chosen.host_peak} (host budget {ctx.host_budget})" if ctx.host_budget is not None else ""
+    fits = chosen.excess(budget, host_budget) == 0
+    host = f", host {chosen.host_peak} (host budget {host_budget})" if host_budget is not None else ""
     message = (f"{knob}={chosen.value}: peak {chosen.peak}, cost {chosen.cost:g}{host}, "
                f"{'fits' if fits else 'does not fit'} budget {budget} "
                f"({len(trials)} of {len(distinct)} distinct {knob} values tried)")

@@ -15,7 +15,7 @@ stopped on convergence stops at a cold chain; the helpers' chains cool once over
 hot for longer, they cross to basins the cycles miss (the 6-level U-Net at 0.5 of its peak).
 
 Every new best, from any process, is reported at once (at most every half second after the first);
-when a proved bound meets the best cost within ``ctx.mip_gap``, or a proof that nothing fits comes,
+when a proved bound meets the best cost within ``ctx.limits.mip_gap``, or a proof that nothing fits comes,
 everything stops with that proof. The outcome is the cheapest plan that fits: a chain's, or a
 baseline's (as the fallback); when none does, the leanest state of the solve process's chain, whose
 peaks it records as it goes (``ctx.report_leanest``: the convergence rule stops a solve whose floor
@@ -53,11 +53,11 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
     """Race annealing chains, the baselines (unless the option ``warm_start`` is false) and the lower bound;
     keep the best. This path runs the baselines itself, so it is never given a warm start (``_warm``)."""
     pool = _Pool(graph, budget, ctx)
-    first = ("baselines", "bound") if ctx.options.get("warm_start", True) else ("bound",)
+    first = ("baselines", "bound") if ctx.limits.options.get("warm_start", True) else ("bound",)
     helpers = [
         _Helper(graph, budget, pool, seed=k + 1, time_limit_s=ctx.remaining_s(),
                 tasks=(*first, "anneal") if k == 0 else ("anneal",))
-        for k in range(ctx.threads - 1)
+        for k in range(ctx.limits.threads - 1)
     ] or [_Helper(graph, budget, pool, seed=1, time_limit_s=ctx.remaining_s(), tasks=first)]
 
     def tend(annealer: Annealer) -> bool:

@@ -37,14 +37,14 @@ MOVES_PER_NODE = 200
 def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmStart | None) -> Outcome:
     """Anneal from ``warm`` for a share of the time, then solve the MILP warm-started from the better plan."""
     share = min(ANNEAL_MAX_S, ANNEAL_SHARE * ctx.remaining_s())
-    annealed = anneal(graph, budget, dataclasses.replace(ctx, time_limit_s=ctx.elapsed_s() + share),
+    annealed = anneal(graph, budget, ctx.within(share),
                       start=warm.schedule if warm is not None else None, max_moves=MOVES_PER_NODE * graph.size)
     start = warm
     if annealed.schedule is not None:
         simulation = simulate_schedule(graph, annealed.schedule)
         if simulation.peak_memory <= budget and (warm is None or simulation.cost < warm.cost):
             start = WarmStart("anneal", annealed.schedule, simulation)
-    ctx.log.extend(annealed.log)
+    ctx.record.log.extend(annealed.log)
     if ctx.stopped():
         return Outcome(start.schedule if start is not None else None, leanest=annealed.leanest)
     exact = solve_milp(graph, budget, _never_worse(ctx, start), start)
@@ -74,4 +74,4 @@ def _never_worse(ctx: SolveContext, start: WarmStart | None) -> SolveContext:
                                            gap=relative_gap(start.cost, progress.lower_bound))
         sink(progress)
 
-    return dataclasses.replace(ctx, on_progress=report)
+    return ctx.reporting_to(report)

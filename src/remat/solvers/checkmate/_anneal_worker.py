@@ -21,7 +21,6 @@ so far, and a stop request (or goes away) to stop the work.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from remat.schedules import Graph, Schedule
 
 from .._children import Parent
-from .._context import SolveContext
+from .._context import SolveContext, SolveLimits
 from ..baselines import best_baseline
 from ..bounds import overloaded_stages, retention_bound
 from ..search import Annealer
@@ -146,7 +145,7 @@ Send = Callable[[object], None]
 
 def run_helper(parent: Parent, request: HelperRequest) -> None:
     """The helper's entry: run the request's tasks until they end or the parent stops them."""
-    ctx = SolveContext(time_limit_s=request.time_limit_s, threads=1, stop_event=parent.stop)
+    ctx = SolveContext(SolveLimits(time_limit_s=request.time_limit_s, threads=1), stop_event=parent.stop)
     best = [math.inf]
 
     def told(message: BestCost) -> None:
@@ -172,11 +171,12 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         if baseline is not None:
             send(BaselineFound(baseline.source, baseline.schedule, baseline.cost))
             best[0] = min(best[0], baseline.cost)
-        for line in ctx.log:  # what the baselines noted: failures, and the best of them
+        for line in ctx.record.log:  # what the baselines noted: failures, and the best of them
             send(Note(line))
         send(Note(f"baselines done after {time.monotonic() - started:.1f} s"))
     if "bound" in tasks and best[0] == math.inf:
-        window = prove_infeasible(graph, budget, dataclasses.replace(ctx, time_limit_s=WINDOW_SHARE * ctx.time_limit_s))
+        window_s = WINDOW_SHARE * ctx.limits.time_limit_s - ctx.elapsed_s()  # a share of the time limit, from its start
+        window = prove_infeasible(graph, budget, ctx.within(window_s))
         if window is not None:
             send(WindowInfeasible(window.start, window.stop - 1))
             return
@@ -191,8 +191,9 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
     while not ctx.stopped():
         if mip_due():
             mip_wanted = False
-            mip = retention_bound(graph, budget, time_limit_s=min(ctx.remaining_s(), MIP_SHARE * ctx.time_limit_s),
-                                  integral=True, stages=rows, max_columns=MIP_COLUMNS)
+            mip_s = min(ctx.remaining_s(), MIP_SHARE * ctx.limits.time_limit_s)
+            mip = retention_bound(graph, budget, time_limit_s=mip_s, integral=True, stages=rows,
+                                  max_columns=MIP_COLUMNS)
             if mip is not None and lp is not None and mip > lp:
                 send(BoundFound(mip, "retention MIP"))
         elif annealer is not None:
@@ -223,7 +224,7 @@ def mip_worth_it(best: float, lp: float, base_cost: float, explained: float) -> 
 def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> tuple[float | None, int | None]:
     """The best LP bound over the rungs of :data:`LP_ROWS` solved within :data:`LP_SHARE` of the time
     limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further)."""
-    deadline = time.monotonic() + LP_SHARE * ctx.time_limit_s
+    deadline = time.monotonic() + LP_SHARE * ctx.limits.time_limit_s
     overloaded = overloaded_stages(graph, budget)
     best, best_rows = None, None
     for rows in dict.fromkeys(None if k is None or k >= overloaded else k for k in LP_ROWS):

@@ -57,7 +57,7 @@ OPTIONS: Mapping[str, Option] = {
     "seed": Option.whole("seed of the randomized rounding (default 0), so a solve can be repeated exactly",
                          most=2**63 - 1),
 }
-"""The options the checkmate-lp strategy reads from ``ctx.options``: what each does and accepts."""
+"""The options the checkmate-lp strategy reads from ``ctx.limits.options``: what each does and accepts."""
 
 
 def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
@@ -68,7 +68,7 @@ def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     available to activations scaled by each of :data:`BUDGET_FACTORS` and rounded again, as the
     Checkmate authors did with a fixed 0.9.
     """
-    rounds, seed = _read_options(ctx.options)
+    rounds, seed = _read_options(ctx.limits.options)
     warm = best_baseline(graph, budget, ctx)
     outcome = Outcome(None)
     best: tuple[Schedule, Simulation] | None = None
@@ -102,7 +102,7 @@ def checkmate_lp(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 def _solve_relaxation(model: CheckmateModel, ctx: SolveContext, outcome: Outcome) -> BackendResult:
     relaxation = model.milp.relaxed()
-    backend = choose_backend(ctx.backend, relaxation)
+    backend = choose_backend(ctx.limits.backend, relaxation)
     ctx.report(message=f"{relaxation.describe()}; backend {backend.name}")
     result = run_backend(backend, relaxation, engine_limits(ctx), lambda progress: None)
     outcome.backend = backend.name

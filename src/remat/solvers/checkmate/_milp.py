@@ -28,8 +28,8 @@ FINISH_S = 1.0
 
 def engine_limits(ctx: SolveContext) -> Limits:
     """The engine's share of the context's limits; the context's stop event stops the engine."""
-    return Limits(time_limit_s=max(ctx.remaining_s() - FINISH_S, 0.1), mip_gap=ctx.mip_gap, threads=ctx.threads,
-                  stop=ctx.stop_event)
+    return Limits(time_limit_s=max(ctx.remaining_s() - FINISH_S, 0.1), mip_gap=ctx.limits.mip_gap,
+                  threads=ctx.limits.threads, stop=ctx.stop_event)
 
 
 def solve_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmStart | None) -> Outcome:
@@ -53,7 +53,7 @@ def run_model(model: CheckmateModel, ctx: SolveContext, *, start: np.ndarray | N
               budget: int | None = None) -> tuple[Outcome, Solution | None]:
     """:func:`run_checkmate_model` keeping plans within ``budget`` (the model's by default); also returns the
     engine's last solution, simulated (for a caller that tries again when it does not fit), or None."""
-    backend = choose_backend(ctx.backend, model.milp)
+    backend = choose_backend(ctx.limits.backend, model.milp)
     scale = model.memory
     ctx.report(message=f"{model.milp.describe()}; backend {backend.name}; memory in units of {scale.unit} B"
                        f"{'' if scale.exact else ' (sizes rounded up: bounds are not proofs)'}")

@@ -33,7 +33,7 @@ def solve_offload_milp(graph: Graph, budget: int, transfer: Transfer, ctx: Solve
     best, best_cost = Outcome(None), math.inf
     target = budget
     for _ in range(ROUNDS):
-        model = build_offload_model(graph, target, transfer, ctx.stopped, host_budget=ctx.host_budget)
+        model = build_offload_model(graph, target, transfer, ctx.stopped, host_budget=ctx.offload.host_budget)
         if model is None:
             break
         start = model.encode(warm.schedule) if warm is not None else None

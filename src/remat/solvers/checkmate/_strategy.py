@@ -65,12 +65,12 @@ OPTIONS: Mapping[str, Option] = {
     "path": Option.choice("force a solution path (default: the first that fits the graph)", tuple(PATHS)),
     "warm_start": Option.flag("true (default) to start from the best baseline, false to start from nothing"),
 }
-"""The options the checkmate strategy reads from ``ctx.options``: what each does and accepts."""
+"""The options the checkmate strategy reads from ``ctx.limits.options``: what each does and accepts."""
 
 
 def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """Solve to optimality (or as far as the time limit allows), never returning worse than the best baseline."""
-    path, warm_start = _read_options(ctx.options, graph)
+    path, warm_start = _read_options(ctx.limits.options, graph)
     warm = best_baseline(graph, budget, ctx) if path.baselines_first else None
     outcome = Outcome(None)
     if not ctx.stopped():

@@ -49,7 +49,8 @@ def prove_infeasible(graph: Graph, budget: int, ctx: SolveContext) -> range | No
     tests/solvers/test_windows.py.
 
     >>> g = Graph.from_path("benchmarks/graphs/rl250.json")  # doctest: +SKIP
-    >>> prove_infeasible(g, resolve_budget(g, budget_ratio=0.6), SolveContext(time_limit_s=30))  # doctest: +SKIP
+    >>> ctx = SolveContext(SolveLimits(time_limit_s=30))  # doctest: +SKIP
+    >>> prove_infeasible(g, resolve_budget(g, budget_ratio=0.6), ctx)  # doctest: +SKIP
     range(247, 249)
     """
     if not MemoryScale.of(graph, budget).exact:

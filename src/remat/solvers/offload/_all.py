@@ -54,7 +54,7 @@ def _first_backward_gaps(graph: Graph, plan: Plan, step_of: dict[int, int]) -> l
 def offload_all(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """The offload-all plan (it needs the transfer parameters only to be simulated)."""
     required_transfer(ctx, "offload-all")
-    plan = offload_all_plan(graph, host_budget=ctx.host_budget)
+    plan = offload_all_plan(graph, host_budget=ctx.offload.host_budget)
     moved = sum(op == "offload" for op, _ in plan.steps)
     ctx.report(message=f"offload-all: {moved} forward values moved to the host")
     return Outcome(None, plan=plan)

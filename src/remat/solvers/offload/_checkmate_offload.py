@@ -112,15 +112,15 @@ OPTIONS: Mapping[str, Option] = {
 
 def checkmate_or_offload(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """The ``checkmate`` strategy: remat only, or :func:`checkmate_offload` when ``options.offload`` is true."""
-    if ctx.options.get("offload", False) is True:
+    if ctx.limits.options.get("offload", False) is True:
         return checkmate_offload(graph, budget, ctx)
     return checkmate(graph, budget, ctx)
 
 
 def checkmate_offload(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
-    """The cheapest plan within ``budget`` among the module's candidates, simulated with ``ctx.transfer``.
+    """The cheapest plan within ``budget`` among the module's candidates, simulated with ``ctx.offload.transfer``.
 
-    Raises InvalidRequest without ``ctx.transfer``.
+    Raises InvalidRequest without ``ctx.offload.transfer``.
     """
     transfer = required_transfer(ctx, "checkmate-offload")
     best = _Best(graph, budget, transfer, ctx)
@@ -129,15 +129,15 @@ def checkmate_offload(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
     def fast_candidates(stop: Stop) -> None:
         _yield_cpu()
-        lane = _quiet(ctx, LADDER_SHARE * total, stop)
+        lane = ctx.detached(LADDER_SHARE * total).stopped_by(stop)
         _offload_baselines(graph, budget, lane, best)
         _ladder(graph, budget, transfer, lane, best)
 
     with (_stopping(lambda: _ended(ctx) or best.proved(), ctx) as lane_stop,
           _beside(lambda: fast_candidates(lane_stop), name="remat-offload-ladder"),
           _stopping(best.done, ctx) as remat_stop):
-        remat = _remat(graph, budget, _share(ctx, (REMAT_SHARE if exact else 1 - INSTEAD_SHARE) * total, best,
-                                             remat_stop))
+        remat = _remat(graph, budget, _share(ctx, (REMAT_SHARE if exact else 1 - INSTEAD_SHARE) * total, best)
+                       .stopped_by(remat_stop))
     if remat is not None:
         plan = plan_from_schedule(graph, remat.schedule)
         best.offer("checkmate (remat only)", plan, remat.schedule)
@@ -147,7 +147,7 @@ def checkmate_offload(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     if exact and not best.done():
         found = solve_offload_milp(graph, budget, transfer, _share(ctx, ctx.remaining_s(), best), remat)
         best.offer("joint MILP", _plan_of(graph, found), found.schedule)
-        ctx.log.extend(found.log)
+        ctx.record.log.extend(found.log)
     return best.outcome()
 
 
@@ -220,10 +220,10 @@ class _Best:
         if plan is None:
             return
         simulation = simulate(self.graph, plan, transfer=self.transfer)
-        fits = simulation.fits(self.budget, self.ctx.host_budget)
+        fits = simulation.fits(self.budget, self.ctx.offload.host_budget)
         with self.lock:
             if not fits or simulation.cost >= self.cost:
-                self.ctx.log.append(f"{source}: cost {simulation.cost:g}, peak {simulation.peak_memory} B"
+                self.ctx.record.log.append(f"{source}: cost {simulation.cost:g}, peak {simulation.peak_memory} B"
                                     f"{'' if fits else ' (does not fit)'}")
                 return
             self.plan, self.schedule, self.simulation, self.source = plan, schedule, simulation, source
@@ -265,11 +265,11 @@ def _offload_baselines(graph: Graph, budget: int, ctx: SolveContext, best: _Best
             return
         try:
             strategy.check(graph)
-            found = strategy.run(graph, budget, _quiet(ctx, ctx.remaining_s()))
+            found = strategy.run(graph, budget, ctx.detached(ctx.remaining_s()))
         except StrategyNotApplicable:
             continue
         except RematError as e:
-            best.ctx.log.append(f"{strategy.name} failed: {e}")
+            best.ctx.record.log.append(f"{strategy.name} failed: {e}")
             continue
         best.offer(strategy.name, _plan_of(graph, found), found.schedule, quiet=True)
 
@@ -278,9 +278,9 @@ def _copies_instead(graph: Graph, budget: int, transfer: Transfer, plan: Plan, c
                     seconds: float) -> Plan | None:
     """Step 3's plan with values kept and moved to the host instead of computed again, where that costs less
     (:func:`offload_instead_of_recomputing`); bounded work like steps 1 and 2, at most ``seconds`` long."""
-    until = min(ctx.elapsed_s() + seconds, ctx.time_limit_s)
+    until = min(ctx.elapsed_s() + seconds, ctx.limits.time_limit_s)
     found = offload_instead_of_recomputing(
-        graph, plan, budget, transfer, host_budget=ctx.host_budget,
+        graph, plan, budget, transfer, host_budget=ctx.offload.host_budget,
         stopped=lambda: _ended(ctx) or best.proved() or ctx.elapsed_s() > until)
     return None if found is None else found[0]
 
@@ -317,8 +317,7 @@ def _ladder(graph: Graph, budget: int, transfer: Transfer, ctx: SolveContext, be
 def _anneal(graph: Graph, budget: int, ctx: SolveContext, seconds: float, moves_per_node: int) -> Schedule | None:
     """The annealer's schedule at ``budget`` (None if it found none that fits) after ``moves_per_node`` moves per
     node, or what it has after ``seconds``."""
-    limited = dataclasses.replace(ctx, time_limit_s=ctx.elapsed_s() + seconds)
-    return anneal(graph, budget, limited, max_moves=moves_per_node * graph.size).schedule
+    return anneal(graph, budget, ctx.within(seconds), max_moves=moves_per_node * graph.size).schedule
 
 
 def _plan_of(graph: Graph, found: Outcome) -> Plan | None:
@@ -330,7 +329,7 @@ def _remat(graph: Graph, budget: int, ctx: SolveContext) -> WarmStart | None:
     """The ``checkmate`` strategy's schedule at ``budget`` (no transfers), simulated; None if it found none."""
     found = checkmate(graph, budget, ctx)
     if found.infeasible:
-        ctx.log.append(f"no schedule without transfers fits {budget} B")
+        ctx.record.log.append(f"no schedule without transfers fits {budget} B")
     if found.schedule is None:
         return None
     simulation = simulate(graph, plan_from_schedule(graph, found.schedule))
@@ -339,7 +338,7 @@ def _remat(graph: Graph, budget: int, ctx: SolveContext) -> WarmStart | None:
 
 def _squeezed(graph: Graph, plan: Plan, budget: int, transfer: Transfer, ctx: SolveContext) -> Plan | None:
     """``plan`` with idle values moved to the host until it fits ``budget``; None when it cannot be made to."""
-    fitted = offload_to_fit(graph, plan, budget, transfer, host_budget=ctx.host_budget, stopped=ctx.stopped)
+    fitted = offload_to_fit(graph, plan, budget, transfer, host_budget=ctx.offload.host_budget, stopped=ctx.stopped)
     return None if fitted is None else fitted[0]
 
 
@@ -354,9 +353,9 @@ def _rungs(graph: Graph, budget: int) -> list[int]:
     return sorted((b for b in rungs if budget < b < top), reverse=True)
 
 
-def _share(ctx: SolveContext, seconds: float, best: _Best, stop: Stop | None = None) -> SolveContext:
+def _share(ctx: SolveContext, seconds: float, best: _Best) -> SolveContext:
     """``ctx`` for a part that may take ``seconds`` and finds plans within the budget: its progress shows them,
-    or the best plan so far where it is cheaper; ``stop`` replaces its stop event."""
+    or the best plan so far where it is cheaper; it shares the stop flag and the record."""
     sink = ctx.on_progress
 
     def report(progress: Progress) -> None:
@@ -367,13 +366,4 @@ def _share(ctx: SolveContext, seconds: float, best: _Best, stop: Stop | None = N
         bound = best.graph.base_cost
         sink(dataclasses.replace(progress, lower_bound=bound, gap=relative_gap(progress.incumbent_cost, bound)))
 
-    return dataclasses.replace(ctx, time_limit_s=min(ctx.time_limit_s, ctx.elapsed_s() + seconds), on_progress=report,
-                               stop_event=stop or ctx.stop_event)
-
-
-def _quiet(ctx: SolveContext, seconds: float, stop: Stop | None = None) -> SolveContext:
-    """A context for a part that may take ``seconds`` and reports nothing (its plans are offered quietly, or are
-    another budget's): it shares the limits and the stop event (or has ``stop``), not the progress sink, the log or
-    the convergence rule."""
-    return dataclasses.replace(ctx, time_limit_s=min(ctx.time_limit_s, ctx.elapsed_s() + seconds),
-                               stop_event=stop or ctx.stop_event, on_progress=None, log=[], trail=[], convergence=None)
+    return ctx.within(seconds).reporting_to(report)

@@ -11,10 +11,10 @@ __all__ = ["required_transfer"]
 
 
 def required_transfer(ctx: SolveContext, strategy: str) -> Transfer:
-    """``ctx.transfer``; InvalidRequest saying how to give one when the solve has none.
+    """``ctx.offload.transfer``; InvalidRequest saying how to give one when the solve has none.
 
     solve() refuses such requests before any strategy runs; this guards strategies run another way.
     """
-    if ctx.transfer is None:
+    if ctx.offload.transfer is None:
         raise missing_transfer(strategy)
-    return ctx.transfer
+    return ctx.offload.transfer

@@ -224,7 +224,7 @@ class WindowPlanner:
 def offload_window(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """The walk with its window searched for the cheapest plan that fits (or pinned by the ``window``
     option)."""
-    planner = WindowPlanner(graph, required_transfer(ctx, "offload-window"), host_budget=ctx.host_budget)
+    planner = WindowPlanner(graph, required_transfer(ctx, "offload-window"), host_budget=ctx.offload.host_budget)
     return search_knob(graph, budget, ctx, knob=WINDOW, values=planner.windows(),
                        build=lambda window: planner.plan(window=window, budget=budget),
                        key=lambda window: tuple(planner.reload_steps(window)))
