@@ -64,7 +64,8 @@ class PlannedGraph:
     simulation: Simulation
     budget: int
     source: str
-    """``"solved"``, ``"cache"`` (the plan cache on disk) or ``"given"`` (a result passed in)."""
+    """``"solved"``, ``"cache"`` (the plan cache on disk), ``"given"`` (a result passed in) or ``"rank K"`` (solved by
+    another rank of a torch.distributed job, for the same graph)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PlannedGraph:
         """Itself: a plan made is a record that does not change, which copies share (its joint graph included)."""

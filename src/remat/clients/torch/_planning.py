@@ -36,6 +36,7 @@ from ._cache import PlanCache
 from ._errors import PlanRejected
 from ._joint import JointGraph
 from ._progress import ProgressLine
+from ._ranks import shared_across_ranks
 
 __all__ = ["OFFLOAD_STRATEGIES", "SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio",
            "check_result", "computing_random_ops_once", "default_strategy"]
@@ -150,7 +151,8 @@ class Planner:
 
     def result(self, graph: Graph, budget: int, *, what: str,
                transfer: Transfer | None = None) -> tuple[ResultDocument, str]:
-        """A remat.result/v1 for ``graph`` at ``budget`` bytes and where it came from: given, cache or solved.
+        """A remat.result/v1 for ``graph`` at ``budget`` bytes and where it came from: given, cache, solved, or
+        another rank of a torch.distributed job planning the same graph ("rank K", :mod:`._ranks`).
 
         With ``transfer``, the plan may copy values to host memory and back over that link.
         """
@@ -161,16 +163,19 @@ class Planner:
         if key in self._solved:
             return self._solved[key], "solved"
         cached = self.cache.get(key) if self.cache is not None else None
-        if cached is not None and cached.status in FITTING_STATUSES and cached.graph_sha256 == graph.sha256:
-            return cached, "cache"
-        result = self._solve(graph, budget, what, copies)
-        if result.status not in FITTING_STATUSES:
-            result = self._smallest_plan(graph, budget, result)
-        if result.status in FITTING_STATUSES:
+        if cached is not None and (cached.status not in FITTING_STATUSES or cached.graph_sha256 != graph.sha256):
+            cached = None
+        result, source = shared_across_ranks(key, cached, lambda: self._solve_or_smallest(graph, budget, what, copies))
+        if result.status in FITTING_STATUSES and source != "cache":
             self._solved[key] = result
             if self.cache is not None:
                 self.cache.put(key, result)
-        return result, "solved"
+        return result, source
+
+    def _solve_or_smallest(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> ResultDocument:
+        """The strategy's result, or when it found no plan that fits, the baseline's that holds the least."""
+        result = self._solve(graph, budget, what, copies)
+        return result if result.status in FITTING_STATUSES else self._smallest_plan(graph, budget, result)
 
     def _solve(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> ResultDocument:
         """Solve here or on the service; ``copies`` holds the request's ``transfer`` (JSON) and ``host_budget``."""
