@@ -1,10 +1,14 @@
 """remat in torch.distributed jobs on gloo, one process per rank: ``python tests/distributed_runs.py RUN WORLD OUT``
 writes each rank's findings to OUT/rank-K.json.
 
-``ddp``: training steps of a small GPT-2 under DistributedDataParallel, with and without remat. Each rank trains on a batch of its own; the gradients DDP averages are compared with those of DDP over the same
-model without remat, through both ways in: ``DDP(rematerialize(model, ...))`` and
-``torch.compile(DDP(model), backend=backend(...))`` with buckets small enough that TorchDynamo splits the step
-at their boundaries. The step is then measured (on the CPU, to the byte) against its plan.
+``ddp``: training steps of a small GPT-2 under DistributedDataParallel, with and without remat. Each rank
+trains on a batch of its own; the gradients DDP averages are compared with those of DDP over the same model
+without remat, through both ways in: ``DDP(rematerialize(model, ...))`` and ``torch.compile(DDP(model),
+backend=backend(...))`` with buckets small enough that TorchDynamo splits the step at their boundaries. The
+step is then measured (on the CPU, to the byte) against its plan.
+
+``fsdp``: a step of the GPT-2 sharded with FSDP2's ``fully_shard`` per block, through ``backend()`` (FSDP2's
+hooks split the step into a graph per block), against the same step without remat.
 
 ``plans``: every rank plans a small MLP's step with ``rematerialize()``, the last rank on a batch of
 another size: the ranks with the same graph solve it once, the last rank solves its own.
@@ -103,7 +107,27 @@ def _ddp(rank: int, world: int) -> dict[str, Any]:
     }
 
 
-RUNS = {"ddp": _ddp, "plans": _plans}
+def _fsdp(rank: int, world: int) -> dict[str, Any]:
+    from torch.distributed.fsdp import fully_shard
+
+    def sharded() -> torch.nn.Module:
+        model = _model()
+        for block in model.transformer.h:  # per block, then the rest, as torchtitan and accelerate shard
+            fully_shard(block)
+        return fully_shard(model)
+
+    reference = sharded()
+    reference(**_batch(rank, 0)).loss.backward()
+    model = sharded()
+    remat = backend(activation_budget=0.8, progress=False, cache=False)
+    torch.compile(model, backend=remat, dynamic=False)(**_batch(rank, 0)).loss.backward()
+    difference = max((p.grad.full_tensor() - q.grad.full_tensor()).abs().max().item()
+                     for p, q in zip(model.parameters(), reference.parameters(), strict=True))
+    return {"difference": difference, "graphs": len(remat.planned),
+            "fit": all(p.simulation.peak_memory <= p.budget for p in remat.planned)}
+
+
+RUNS = {"ddp": _ddp, "plans": _plans, "fsdp": _fsdp}
 
 
 def _rank(rank: int, run: str, world: int, out: str) -> None:

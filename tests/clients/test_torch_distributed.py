@@ -59,3 +59,9 @@ def test_ranks_planning_the_same_graph_solve_it_once(tmp_path: Path) -> None:
     assert [r["source"] for r in same] == ["solved", "rank 0", "rank 0"]
     assert len({r["graph"] for r in same}) == 1
     assert other["source"] == "solved" and other["graph"] != same[0]["graph"]  # a batch of its own size
+
+
+def test_fsdp2_sharded_per_block_trains_through_the_backend_with_fsdp2s_gradients(tmp_path: Path) -> None:
+    for found in _run("fsdp", 2, tmp_path):
+        assert found["difference"] == 0.0
+        assert found["graphs"] > 1 and found["fit"]  # a graph between FSDP2's hooks, each planned within budget
