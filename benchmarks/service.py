@@ -39,7 +39,7 @@ from processes import REDIS_URL, Processes, alive, wait_until  # noqa: E402
 
 from remat.clients.http import TERMINAL, Client  # noqa: E402
 from remat.service import Job, JobStore, RedisStore, SqliteStore  # noqa: E402
-from remat.solvers import STRATEGIES  # noqa: E402
+from remat.solvers import STRATEGIES, ResultDocument  # noqa: E402
 
 
 class Setup:
@@ -166,7 +166,7 @@ def cancel_to_gone(setup: Setup, strategy: str, graph: Any, *, hang: bool) -> di
         wait_until(lambda: not alive(pid), timeout_s=60, interval_s=0.01)
         gone = time.perf_counter() - started
         final = client.wait(job["id"], timeout_s=30, poll_s=0.1)
-    kept = final["result"] is not None and final["result"]["plan"] is not None
+    kept = final["result"] is not None and ResultDocument.from_json(final["result"]).plan is not None
     return {"gone_s": gone, "status": final["status"], "plan_kept": kept}
 
 

@@ -59,7 +59,7 @@ def test_a_worker_outlives_a_redis_outage_and_runs_the_jobs_after_it(processes: 
     worker = processes.worker(queue=own_redis.url, **RECONNECT)
     store = _store(own_redis, namespace)
     with Client(server.url) as client:
-        assert client.solve(chain(20), budget_ratio=0.5, strategy="chen-greedy")["status"] == "feasible"
+        assert client.solve(chain(20), budget_ratio=0.5, strategy="chen-greedy").status == "feasible"
         running = client.submit(chain(900), budget_ratio=0.5, strategy="checkmate", time_limit_s=10, convergence=None)
         wait_until(lambda: store.get(running["id"], with_result=False).solver_pid, timeout_s=30)
         own_redis.stop()
