@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from remat.clients.torch import activation_peak, backend, rematerialize, time_call
-from remat.schedules import format_size
+from remat.schedules import RematError, format_size
 
 WORLD = 2
 WRAPPED = "DDP(rematerialize()) at checkpointing's bytes"
@@ -140,7 +140,7 @@ def _refused_or(label: str, variant: Callable[[], dict[str, Any]]) -> dict[str, 
     """The variant's row, or the first sentence of remat's refusal in its place."""
     try:
         return variant()
-    except Exception as e:  # remat's refusal, which torch.compile may wrap in its own error
+    except RematError as e:
         return {"variant": label, "refused": str(e).split(". ")[0]}
 
 

@@ -102,8 +102,7 @@ def _ddp(rank: int, world: int) -> dict[str, Any]:
         "module": {"difference": _largest_difference(expected, module_grads), "plans": len(wrapped.module.plans),
                    **_measured(wrapped, wrapped.module.model, rank, planned)},
         "compiled": {"difference": _largest_difference(expected, compiled_grads), "graphs": len(remat.planned),
-                     "buckets": [p.joint.fixed["data_parallel_buckets"] for p in remat.planned],
-                     "fit": all(p.simulation.peak_memory <= p.budget for p in remat.planned)},
+                     "buckets": [p.joint.fixed["data_parallel_buckets"] for p in remat.planned]},
     }
 
 
@@ -123,8 +122,7 @@ def _fsdp(rank: int, world: int) -> dict[str, Any]:
     torch.compile(model, backend=remat, dynamic=False)(**_batch(rank, 0)).loss.backward()
     difference = max((p.grad.full_tensor() - q.grad.full_tensor()).abs().max().item()
                      for p, q in zip(model.parameters(), reference.parameters(), strict=True))
-    return {"difference": difference, "graphs": len(remat.planned),
-            "fit": all(p.simulation.peak_memory <= p.budget for p in remat.planned)}
+    return {"difference": difference, "graphs": len(remat.planned)}
 
 
 RUNS = {"ddp": _ddp, "plans": _plans, "fsdp": _fsdp}

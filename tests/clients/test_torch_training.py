@@ -406,7 +406,6 @@ def test_a_graph_that_cannot_hold_as_little_as_the_fraction_gets_its_leanest_pla
     fraction = Budget.of(None, 0.8)
     assert model_graph.budget == fraction.bytes_for(model_graph.graph, model_graph.joint)
     assert loss_graph.budget > fraction.bytes_for(loss_graph.graph, loss_graph.joint)  # the leanest plan's peak
-    assert all(p.simulation.peak_memory <= p.budget for p in remat.planned)
 
 
 def test_with_inductor_dropout_is_replayed_as_with_eager_kernels():
