@@ -41,6 +41,14 @@ _LOG_METHODS = ("debug", "info", "warning", "warn", "error", "exception", "criti
 """Methods of ``logging.Logger`` skipped while tracing (the last three are the ones transformers adds)."""
 
 
+class _LoggingFunctions(frozenset[Callable[..., Any]]):
+    """The logging functions TorchDynamo skips, written by name where it logs its settings (torch 2.11 sorts a
+    set setting to log it, which fails on functions and logs a traceback at every compilation)."""
+
+    def to_jsonable(self) -> list[str]:
+        return sorted(f.__qualname__ for f in self)
+
+
 class DryRun(Exception):
     """Raised by a compiled step on its dry run, once its graph is captured (and planned), before it computes."""
 
@@ -50,7 +58,7 @@ def tracing() -> Iterator[None]:
     """TorchDynamo's settings while a step is traced: logging calls are skipped instead of breaking the graph, and
     a step that DistributedDataParallel runs stays one graph (not split at its buckets), so its plan is the whole
     step's (DDP then all-reduces the gradients after the backward)."""
-    ignored = {getattr(logging.Logger, name) for name in _LOG_METHODS if hasattr(logging.Logger, name)}
+    ignored = _LoggingFunctions(getattr(logging.Logger, name) for name in _LOG_METHODS if hasattr(logging.Logger, name))
     with torch._dynamo.config.patch(ignore_logging_functions=ignored, optimize_ddp=False):
         yield
 
