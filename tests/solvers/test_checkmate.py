@@ -11,6 +11,7 @@ from hypothesis import given, settings
 
 from remat.schedules import Graph, InvalidRequest
 from remat.solvers import Progress, ResultStatus, SolveContext, Stop, solve
+from remat.solvers._context import Outcome
 from remat.solvers.checkmate import PATHS, solve_milp
 
 
@@ -104,3 +105,23 @@ def test_a_milp_path_that_is_already_stopped_gives_up_before_the_engine_starts()
     g = benchmark_graph("fcn8")
     outcome = solve_milp(g, g.checkpoint_all_peak, SolveContext(stop_event=stopped), None)
     assert outcome.schedule is None and outcome.log == ["stopped while building the model"]
+
+
+def test_the_short_anneal_tries_the_next_seed_when_a_chain_finds_nothing_that_fits(monkeypatch) -> None:
+    import remat.solvers.checkmate._anneal_milp as anneal_milp
+
+    seeds: list[int] = []
+    real = anneal_milp.anneal
+
+    def first_chain_misses(graph, budget, ctx, start=None, *, seed=0, max_moves=None):
+        seeds.append(seed)
+        if seed == 0:
+            return Outcome(None, log=["anneal: nothing within the budget after 0 moves"])
+        return real(graph, budget, ctx, start, seed=seed, max_moves=max_moves)
+
+    monkeypatch.setattr(anneal_milp, "anneal", first_chain_misses)
+    result = solve(chain(6), budget=4, strategy="checkmate", backend="highs", options={"path": "anneal-milp"})
+    assert seeds == [0, 1]
+    assert result.status is ResultStatus.OPTIMAL
+    assert [line for line in result.log if line.startswith("anneal:")][:1] == [
+        "anneal: nothing within the budget after 0 moves"]

@@ -18,7 +18,7 @@ from .._warm import WarmStart
 from ..search import anneal
 from ._milp import solve_milp
 
-__all__ = ["ANNEAL_MAX_S", "ANNEAL_SHARE", "MILP_NODES", "MOVES_PER_NODE", "anneal_then_milp"]
+__all__ = ["ANNEAL_MAX_S", "ANNEAL_SEEDS", "ANNEAL_SHARE", "MILP_NODES", "MOVES_PER_NODE", "anneal_then_milp"]
 
 MILP_NODES = 100
 """Largest graph (in nodes) that checkmate hands to this path by default; larger ones go to ``anneal``.
@@ -33,12 +33,14 @@ ANNEAL_MAX_S = 10.0
 MOVES_PER_NODE = 200
 """Moves the anneal makes per node of the graph (it stops earlier when its time share runs out). (docs/tuning.md)"""
 
+ANNEAL_SEEDS = 8
+"""Most anneals tried, each from the next seed, while none has found a plan that fits. (docs/tuning.md)"""
+
 
 def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmStart | None) -> Outcome:
     """Anneal from ``warm`` for a share of the time, then solve the MILP warm-started from the better plan."""
     share = min(ANNEAL_MAX_S, ANNEAL_SHARE * ctx.remaining_s())
-    annealed = anneal(graph, budget, ctx.within(share),
-                      start=warm.schedule if warm is not None else None, max_moves=MOVES_PER_NODE * graph.size)
+    annealed = _anneal(graph, budget, ctx.within(share), warm)
     start = warm
     if annealed.schedule is not None:
         simulation = simulate_schedule(graph, annealed.schedule)
@@ -59,6 +61,21 @@ def anneal_then_milp(graph: Graph, budget: int, ctx: SolveContext, warm: WarmSta
     bound = exact.lower_bound
     return Outcome(start.schedule, optimal=ctx.proves(start.cost, bound), lower_bound=bound, backend=exact.backend,
                    log=[*exact.log, f"the MILP found nothing cheaper than the anneal's plan (cost {start.cost:g})"])
+
+
+def _anneal(graph: Graph, budget: int, ctx: SolveContext, warm: WarmStart | None) -> Outcome:
+    """The anneal from ``warm``; while it finds nothing that fits, again from the next seed, up to
+    :data:`ANNEAL_SEEDS` times within ``ctx``'s time: one chain can miss a tight budget that another
+    reaches, and the MILP alone may take longer than the solve has to find a first plan."""
+    log: list[str] = []
+    for seed in range(ANNEAL_SEEDS):
+        annealed = anneal(graph, budget, ctx, start=warm.schedule if warm is not None else None, seed=seed,
+                          max_moves=MOVES_PER_NODE * graph.size)
+        log.extend(annealed.log)
+        if annealed.schedule is not None or ctx.stopped():
+            break
+    annealed.log = log
+    return annealed
 
 
 def _never_worse(ctx: SolveContext, start: WarmStart | None) -> SolveContext:
