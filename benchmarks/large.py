@@ -12,6 +12,7 @@ the published Checkmate-MILP and Moccasin results; then the same solve stopping 
 
     python benchmarks/large.py                                   # everything: about 45 minutes
     python benchmarks/large.py --graphs rl1000,resnet50 --ratios 0.8 --time-limit 60
+    python benchmarks/large.py --extra /tmp/generated --graphs lstm-96,moe-8   # graphs captured on request
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from remat.solvers.baselines import best_baseline
 GRAPHS = Path(__file__).resolve().parent / "graphs"
 
 
-def graph_paths(names: list[str] | None) -> list[Path]:
+def graph_paths(names: list[str] | None, extra: Path | None = None) -> list[Path]:
     paths = sorted(GRAPHS.glob("*.json"), key=lambda p: Graph.from_path(str(p)).size) \
-        + sorted((GRAPHS / "captured").glob("*.json"))
+        + sorted((GRAPHS / "captured").glob("*.json")) + (sorted(extra.glob("*.json")) if extra else [])
     return [p for p in paths if names is None or p.stem in names]
 
 
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--ratios", default="0.9,0.8,0.6")
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--extra", type=Path, help="a folder of more graphs (captured_graphs.py --out DIR)")
     args = parser.parse_args()
     names = args.graphs.split(",") if args.graphs else None
     ratios = [float(r) for r in args.ratios.split(",")]
@@ -89,7 +91,7 @@ def main() -> None:
           "| Moccasin (published) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     started = time.monotonic()
-    for path in graph_paths(names):
+    for path in graph_paths(names, args.extra):
         for ratio in ratios:
             print(run(path, ratio, args.time_limit, args.threads), flush=True)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}; {time.monotonic() - started:.0f} s in all")

@@ -1,4 +1,4 @@
-"""Five real models for the PyTorch client's tests and benchmark, each with its loss and a batch.
+"""Six real models for the PyTorch client's tests and benchmark, each with its loss and a batch.
 
 Every factory follows the ``remat profile`` contract: ``factory(batch_size=None, **size)`` returns
 ``(model, example_inputs, loss_fn)`` where ``loss_fn(model, *inputs)`` is the training step's
@@ -240,8 +240,49 @@ def lstm(batch_size: int | None = None, *, steps: int = 12, features: int = 16, 
             _classification)
 
 
-MODELS: dict[str, Factory] = {"mlp": mlp, "resnet": resnet, "unet": unet, "gpt": gpt, "lstm": lstm}
+# -- mixture of experts ------------------------------------------------------------------------------
+
+
+class MoEBlock(nn.Module):
+    """A mixture-of-experts feed-forward block: the router's top-k gates weigh every expert's output
+    (dense dispatch: static shapes, and a graph that fans out to every expert and back)."""
+
+    def __init__(self, dim: int, experts: int, top_k: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+                                     for _ in range(experts))
+        self.top_k = top_k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        weights, chosen = self.router(h).softmax(dim=-1).topk(self.top_k, dim=-1)
+        gates = torch.zeros(*h.shape[:-1], len(self.experts), device=h.device).scatter(-1, chosen, weights)
+        return x + sum(gates[..., e:e + 1] * expert(h) for e, expert in enumerate(self.experts))
+
+
+class MoE(nn.Module):
+    def __init__(self, vocab: int, dim: int, experts: int, top_k: int, layers: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(MoEBlock(dim, experts, top_k) for _ in range(layers))
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.checkpoint_every = 0
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(_blocks(list(self.blocks), self.tok(idx), self.checkpoint_every))
+
+
+def moe(batch_size: int | None = None, *, vocab: int = 64, context: int = 16, dim: int = 32, experts: int = 4,
+        top_k: int = 2, layers: int = 2) -> Any:
+    b = batch_size or 4
+    idx = torch.randint(0, vocab, (b, context))
+    return MoE(vocab, dim, experts, top_k, layers), (idx, torch.roll(idx, -1, dims=1)), _classification
+
+
+MODELS: dict[str, Factory] = {"mlp": mlp, "resnet": resnet, "unet": unet, "gpt": gpt, "lstm": lstm, "moe": moe}
 
 #: Values of ``checkpoint_every`` worth comparing, per model.
 CHECKPOINT_SETTINGS: dict[str, tuple[int, ...]] = {"mlp": (1, 2, 4), "resnet": (1, 2), "unet": (1,), "gpt": (1, 2),
-                                                   "lstm": (1, 2, 4)}
+                                                   "lstm": (1, 2, 4), "moe": (1, 2)}
