@@ -36,7 +36,7 @@ def test_while_no_plan_fits_the_rule_looks_at_the_leanest_plans_peak_over_a_long
 def test_a_solve_whose_own_chain_still_improves_has_not_converged() -> None:
     rule = Convergence(window_s=1.0, tolerance=0.01)
     ctx = SolveContext(SolveLimits(convergence=rule), started=time.monotonic() - 1.0)
-    ctx.report(incumbent_cost=100.0)                            # a helper's plan
+    ctx.report(incumbent_cost=100.0, lower_bound=99.5)          # a helper's plan, near its bound
     ctx.report_chain(120.0)                                     # the solve process's chain, behind it
     ctx.started -= 2.0
     ctx.report_chain(110.0)                                     # ... improving by 8 % a moment ago
@@ -44,8 +44,26 @@ def test_a_solve_whose_own_chain_still_improves_has_not_converged() -> None:
     ctx.started -= 2.0
     assert ctx.converged()                                      # neither has improved for 2 s
     alone = SolveContext(SolveLimits(convergence=Convergence(window_s=1.0)), started=time.monotonic() - 5.0,
-                         record=SolveRecord(trail=[(0.0, 100.0)]))
+                         record=SolveRecord(trail=[(0.0, 100.0)], bound=100.0))
     assert alone.converged()                                    # no chain of its own: the best plan decides
+
+
+def test_a_plan_far_above_its_bound_waits_longer_and_a_plan_without_one_longest() -> None:
+    rule = Convergence(window_s=1.0, tolerance=0.01, gap_per_window=0.01, max_windows=5.0)
+    ctx = SolveContext(SolveLimits(convergence=rule), started=time.monotonic())
+    ctx.report(incumbent_cost=100.0)
+    ctx.started -= 4.5
+    assert not ctx.converged()                                  # no bound yet: 5 windows
+    ctx.report(lower_bound=97.0)                                # 3 points below the plan: 3 windows
+    assert ctx.converged()
+    ctx.report(incumbent_cost=99.9)                             # too small a change to count
+    assert ctx.converged()
+    far = SolveContext(SolveLimits(convergence=rule), started=time.monotonic() - 4.5,
+                       record=SolveRecord(trail=[(0.0, 100.0)], bound=80.0))
+    assert not far.converged()                                  # 20 points: the longest window, 5 s
+    far.started -= 1.0
+    assert far.converged()
+    assert rule.window_for(0.0) == rule.window_for(0.01) == 1.0 and rule.window_for(0.2) == rule.window_for(None) == 5.0
 
 
 def test_a_budget_under_every_plan_found_is_answered_once_the_floor_stops_falling() -> None:

@@ -79,13 +79,20 @@ class GraphIn(BaseModel):
 
 
 class ConvergenceIn(BaseModel):
-    """When a solve stops before its time limit: its best cost improved by less than ``tolerance`` in ``window_s``."""
+    """When a solve stops before its time limit: its best cost improved by less than ``tolerance`` in ``window_s``,
+    longer while the plan is far from its lower bound (:class:`remat.solvers.Convergence`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     window_s: float = Field(DEFAULT_CONVERGENCE.window_s, gt=0, le=3600, allow_inf_nan=False)
     tolerance: float = Field(DEFAULT_CONVERGENCE.tolerance, ge=0, lt=1, allow_inf_nan=False,
                              description="a fraction of the best cost")
+    gap_per_window: float = Field(DEFAULT_CONVERGENCE.gap_per_window, gt=0, lt=1, allow_inf_nan=False,
+                                  description="each such fraction of gap between the best plan and its lower bound "
+                                              "makes the window one window_s longer")
+    max_windows: float = Field(DEFAULT_CONVERGENCE.max_windows, ge=1, le=100, allow_inf_nan=False,
+                               description="the longest window, in windows of window_s (also the window before "
+                                           "any bound is proved)")
 
 
 class _SolveOptions(JsonRequest):
@@ -95,9 +102,11 @@ class _SolveOptions(JsonRequest):
     time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False,
                                        description="seconds per solve at most; default and maximum are server settings")
     convergence: ConvergenceIn | None = Field(
-        ConvergenceIn(window_s=DEFAULT_CONVERGENCE.window_s, tolerance=DEFAULT_CONVERGENCE.tolerance),
+        ConvergenceIn(),
         description="stop a solve once its best plan improved by less than tolerance (a fraction) in window_s "
-                    "seconds (default: 0.25 % in 2 s); null runs every solve to its time limit")
+                    "seconds, one window_s more for each gap_per_window of gap to its lower bound, up to "
+                    "max_windows (default: 0.25 % in 2 s, 2 s more per point of gap, up to 10 s); null runs "
+                    "every solve to its time limit")
     mip_gap: float = Field(DEFAULT_MIP_GAP, ge=0, lt=1, description="relative gap that counts as optimal")
     transfer: dict[str, Any] | None = Field(
         None, max_length=3, examples=[{"bandwidth": 5e7, "latency": 0.01},

@@ -85,27 +85,36 @@ class Progress:
 @dataclass(frozen=True)
 class Convergence:
     """When a solve may stop before its time limit: its best cost improved by less than ``tolerance``
-    (a fraction of that cost) over the last ``window_s`` seconds, and so did the best of the solve
-    process's own search where it reports one (:meth:`SolveContext.report_chain`: a chain still
-    closing in from behind a helper's plan is not done); while no plan fits, the peak of the
-    leanest plan its search reached improved by less than ``tolerance`` over :attr:`floor_window_s`.
+    (a fraction of that cost) over the last window, and so did the best of the solve process's own
+    search where it reports one (:meth:`SolveContext.report_chain`: a chain still closing in from
+    behind a helper's plan is not done); while no plan fits, the peak of the leanest plan its search
+    reached improved by less than ``tolerance`` over :attr:`floor_window_s`.
+
+    The window is ``window_s`` while the best plan is within ``gap_per_window`` of the best lower bound
+    proved, and one ``window_s`` longer for each further ``gap_per_window`` of gap, up to ``max_windows``
+    windows; before any bound is proved it is the longest (:meth:`window_for`): a plan far above what
+    is provable is not done because one chain paused, and a tight budget waits for its bound.
 
     An interactive caller would rather have a plan within a fraction of a percent of the last one
     now than wait out the limit for it; a proved optimum stops a solve sooner still. A budget below
     every plan the search can reach is answered once that floor stops falling, with the floor,
     rather than at the limit. Every entry point stops an anytime search (``Strategy.anytime``) by
     this rule unless told otherwise (``convergence=None``: run to the limit).
-    The defaults of ``window_s`` and ``tolerance``, and how they were set: docs/tuning.md.
+    The defaults, and how they were set: docs/tuning.md.
 
     >>> rule = Convergence(window_s=2.0, tolerance=0.01)
     >>> rule.reached([(0.1, 100.0), (1.5, 99.5)], now=3.0)      # 0.5 % better since t = 1.0 s
     True
     >>> rule.reached([(0.1, 100.0), (2.5, 95.0)], now=3.0)      # 5 % better since t = 1.0 s
     False
+    >>> rule.window_for(gap=0.04)                               # 4 points above the bound
+    8.0
     """
 
     window_s: float = 2.0
     tolerance: float = 0.0025
+    gap_per_window: float = 0.01
+    max_windows: float = 5.0
 
     @property
     def floor_window_s(self) -> float:
@@ -113,8 +122,15 @@ class Convergence:
         :data:`FLOOR_WINDOWS` windows, since the first plan near the floor can come late."""
         return FLOOR_WINDOWS * self.window_s
 
+    def window_for(self, gap: float | None) -> float:
+        """Seconds the best plan must go without improving, at ``gap`` ((cost - bound) / cost; None
+        before any bound is proved)."""
+        windows = self.max_windows if gap is None else min(self.max_windows, max(1.0, gap / self.gap_per_window))
+        return windows * self.window_s
+
     def to_json(self) -> dict[str, float]:
-        return {"window_s": float(self.window_s), "tolerance": float(self.tolerance)}
+        return {"window_s": float(self.window_s), "tolerance": float(self.tolerance),
+                "gap_per_window": float(self.gap_per_window), "max_windows": float(self.max_windows)}
 
     def reached(self, trail: Sequence[tuple[float, float]], now: float, *, window_s: float | None = None) -> bool:
         """Whether ``trail`` (elapsed seconds, best value at every improvement, in order) has converged at
@@ -128,7 +144,8 @@ class Convergence:
 
 
 DEFAULT_CONVERGENCE = Convergence()
-"""The rule a solve stops by when the caller names none: better by less than 0.25 % in 2 s."""
+"""The rule a solve stops by when the caller names none: better by less than 0.25 % in 2 s, and 2 s
+more for each point of gap to the bound, up to 10 s."""
 
 
 class StopReason(StrEnum):
@@ -206,12 +223,21 @@ class SolveRecord:
     """(elapsed seconds, cost) of every new best of the solve process's own chain, in order: while it
     still improves, the search has not converged, though a better plan from elsewhere hides that from
     :attr:`trail`."""
+    bound: float | None = None
+    """The best lower bound on cost reported so far."""
+
+    def gap(self) -> float | None:
+        """(best cost - best bound) / best cost, or None while either is unknown."""
+        return relative_gap(self.trail[-1][1] if self.trail else None, self.bound)
 
     def converged(self, rule: Convergence, now: float) -> bool:
         """True when ``rule`` holds at ``now`` for the costs reported and for the solve process's chain, if
-        it reports its own; while no plan has been reported, for the leanest plans' peaks."""
+        it reports its own, over the window the gap to the bound sets; while no plan has been reported,
+        for the leanest plans' peaks."""
         if self.trail:
-            return rule.reached(self.trail, now) and (not self.chain_trail or rule.reached(self.chain_trail, now))
+            window_s = rule.window_for(self.gap())
+            return rule.reached(self.trail, now, window_s=window_s) \
+                and (not self.chain_trail or rule.reached(self.chain_trail, now, window_s=window_s))
         return rule.reached(self.floor_trail, now, window_s=rule.floor_window_s)
 
 
@@ -294,6 +320,8 @@ class SolveContext:
             self.record.log.append(message)
         if incumbent_cost is not None:
             self._record(self.record.trail, incumbent_cost)
+        if lower_bound is not None and (self.record.bound is None or lower_bound > self.record.bound):
+            self.record.bound = lower_bound
         if self.on_progress is not None:
             self.on_progress(Progress(self.elapsed_s(), incumbent_cost, lower_bound,
                                       relative_gap(incumbent_cost, lower_bound), message))

@@ -73,7 +73,8 @@ def solve(
 
     The solve runs until its strategy ends, it proves its plan optimal, ``stop_event`` is set (a
     cancel, or :meth:`Stop.request` with another reason), its best plan stops improving by the
-    ``convergence`` rule (by default: by less than 0.25 % in 2 s; ``None`` runs to the limit) or
+    ``convergence`` rule (by default: by less than 0.25 % in 2 s, longer while far from its bound;
+    ``None`` runs to the limit) or
     ``time_limit_s`` passes. The convergence rule stops only anytime searches (``checkmate``,
     ``checkmate-offload``); the other strategies end by themselves.
 
@@ -132,7 +133,7 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     if reason is StopReason.CONVERGED and rule is not None:
         if outcome.found:
             log.append(f"stopped when converged: the best plan improved by less than {rule.tolerance:.2%} "
-                       f"in {rule.window_s:g} s")
+                       f"in {rule.window_for(ctx.record.gap()):g} s")
         else:
             log.append(f"stopped when converged: no plan fits, and the leanest plan's peak fell by less than "
                        f"{rule.tolerance:.2%} in {rule.floor_window_s:g} s")
