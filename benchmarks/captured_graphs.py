@@ -47,7 +47,7 @@ ON_REQUEST: dict[str, tuple[str, int | None, dict[str, int]]] = {
     "gpt-32": ("gpt", 4, {"layers": 32, "dim": 64, "context": 64}),
     "moe-8": ("moe", 4, {"layers": 8, "experts": 8, "dim": 64, "context": 64}),
     "resnet-16x2": ("resnet", 8, {"blocks": 16, "width": 8, "image": 32}),
-    "mlp-64": ("mlp", 16, {"depth": 64, "width": 256}),
+    "mlp-64": ("mlp", 4096, {"depth": 64, "width": 64}),
 }
 """Captured on request only (not shipped): the 128-block GPT (7,956 nodes) that benchmarks/baselines.py
 --timing measures, and the graphs of other sizes and families that ``large.py --extra`` compares the

@@ -16,7 +16,8 @@ def add_time_options(p: argparse.ArgumentParser, *, default: float | None, what:
     p.add_argument("--time-limit", type=float, default=default,
                    help=f"seconds per {what} at most (default {said}); a solve stops sooner once its plan has "
                         f"improved by less than {100 * DEFAULT_CONVERGENCE.tolerance:g} %% in "
-                        f"{DEFAULT_CONVERGENCE.window_s:g} s")  # argparse %-formats help strings
+                        f"{DEFAULT_CONVERGENCE.window_s:g} s, longer while far from its lower bound (up to "
+                        f"{DEFAULT_CONVERGENCE.window_for(None):g} s)")  # argparse %-formats help strings
     p.add_argument("--run-to-limit", action="store_true",
                    help="run every solve to its time limit (or a proof) instead of stopping once it has converged")
 
