@@ -217,3 +217,7 @@ def test_a_module_holding_it_saves_and_loads_its_state_by_the_models_names():
              for name, value in _model("resnet")[0].state_dict().items()}
     holder.load_state_dict(fresh)  # strict: every key of its own state dict, and no other
     assert all(torch.equal(model.state_dict()[name], fresh[f"net.{name}"]) for name in model.state_dict())
+    named = [*holder.named_parameters(), *holder.named_buffers()]
+    assert [(n, id(t)) for n, t in named] == [(f"net.{n}", id(t)) for n, t in [*model.named_parameters(),
+                                                                              *model.named_buffers()]]
+    assert all(n in state for n, _ in named) and all(holder.get_parameter(n) is p for n, p in holder.named_parameters())

@@ -158,20 +158,17 @@ class RematModule(nn.Module):
         """The model's own state dict (its keys, no prefix): it loads into the model as it is."""
         return self.model.state_dict(*args, **kwargs)
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True,
-                         remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Parameter]]:
-        """The model's parameters by the model's own names, those of ``state_dict()`` (not ``model.``-prefixed);
-        with ``recurse=False``, the module's own: none."""
-        if not recurse:
-            return super().named_parameters(prefix, recurse, remove_duplicate)
-        return self.model.named_parameters(prefix, recurse, remove_duplicate)
-
-    def named_buffers(self, prefix: str = "", recurse: bool = True,
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
-        """The model's buffers by the model's own names, as :meth:`named_parameters`."""
-        if not recurse:
-            return super().named_buffers(prefix, recurse, remove_duplicate)
-        return self.model.named_buffers(prefix, recurse, remove_duplicate)
+    def named_modules(self, memo: set[nn.Module] | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Module]]:
+        """This module, then the model's modules under the same prefix (not ``model.``): so that its parameters and
+        buffers, and those a module holding it lists, go by the names of ``state_dict()``."""
+        memo = set() if memo is None else memo
+        if self in memo:
+            return
+        if remove_duplicate:
+            memo.add(self)
+        yield prefix, self
+        yield from self.model.named_modules(memo, prefix, remove_duplicate)
 
     def __getattr__(self, name: str) -> Any:
         """The model's attribute where the module has none, as on torch.compile's module: the model's names resolve
