@@ -102,7 +102,8 @@ class _SolveOptions(JsonRequest):
     time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False,
                                        description="seconds per solve at most; default and maximum are server settings")
     convergence: ConvergenceIn | None = Field(
-        ConvergenceIn(),
+        ConvergenceIn(window_s=DEFAULT_CONVERGENCE.window_s, tolerance=DEFAULT_CONVERGENCE.tolerance,
+                      gap_per_window=DEFAULT_CONVERGENCE.gap_per_window, max_windows=DEFAULT_CONVERGENCE.max_windows),
         description="stop a solve once its best plan improved by less than tolerance (a fraction) in window_s "
                     "seconds, one window_s more for each gap_per_window of gap to its lower bound, up to "
                     "max_windows (default: 0.25 % in 2 s, 2 s more per point of gap, up to 10 s); null runs "
