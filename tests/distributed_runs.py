@@ -12,6 +12,11 @@ hooks split the step into a graph per block), against the same step without rema
 
 ``plans``: every rank plans a small MLP's step with ``rematerialize()``, the last rank on a batch of
 another size: the ranks with the same graph solve it once, the last rank solves its own.
+
+``pipeline``: a 1F1B pipeline of ``torch.distributed.pipelining``, one stage per rank, each stage a
+``rematerialize()``-d MLP, against the same pipeline without remat: the losses and every stage's gradients.
+The stages plan different graphs at different times (the first stage's forward, the last stage's
+metadata inference and its steps that accumulate over micro-batches).
 """
 
 from __future__ import annotations
@@ -125,7 +130,37 @@ def _fsdp(rank: int, world: int) -> dict[str, Any]:
     return {"difference": difference, "graphs": len(remat.planned)}
 
 
-RUNS = {"ddp": _ddp, "plans": _plans, "fsdp": _fsdp}
+def _pipeline(rank: int, world: int) -> dict[str, Any]:
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    def stage_module() -> torch.nn.Module:
+        torch.manual_seed(rank)
+        return torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(6)])
+
+    inputs, targets = (torch.randn(512, 64, generator=torch.Generator().manual_seed(k)) for k in (0, 1))
+    micro_batch = torch.randn(128, 64, requires_grad=rank > 0)  # a later stage's input carries a gradient
+
+    def train(module: torch.nn.Module) -> tuple[list[float], list[torch.Tensor]]:
+        stage = PipelineStage(module, rank, world, torch.device("cpu"))
+        schedule = Schedule1F1B(stage, n_microbatches=4, loss_fn=lambda out, y: ((out - y) ** 2).mean())
+        losses: list[torch.Tensor] = []
+        if rank == 0:
+            schedule.step(inputs)
+        elif rank == world - 1:
+            schedule.step(target=targets, losses=losses)
+        else:
+            schedule.step()
+        return [float(loss) for loss in losses], [p.grad.clone() for p in module.parameters()]
+
+    expected_losses, expected = train(stage_module())
+    model = stage_module()
+    planned = rematerialize(model, (micro_batch,), activation_budget=0.8, time_limit_s=5, progress=False, cache=False)
+    losses, gradients = train(planned)
+    return {"losses": losses, "expected_losses": expected_losses, "plans": len(planned.plans),
+            "difference": max((g - e).abs().max().item() for g, e in zip(gradients, expected, strict=True))}
+
+
+RUNS = {"ddp": _ddp, "plans": _plans, "fsdp": _fsdp, "pipeline": _pipeline}
 
 
 def _rank(rank: int, run: str, world: int, out: str) -> None:
