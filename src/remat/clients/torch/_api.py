@@ -230,7 +230,7 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
                   transfer: TransferSpec = None, host_budget: int | str | None = None,
                   cache: bool | str | os.PathLike[str] | PlanCache = True, progress: bool = True,
                   graph: Graph | None = None, result: Mapping[str, Any] | ResultDocument | None = None,
-                  **solve_options: Any) -> RematModule:
+                  in_flight: int = 1, **solve_options: Any) -> RematModule:
     """Capture ``model``'s training step, plan it within the budget, and return a module that runs the plan.
 
     Parameters
@@ -288,6 +288,10 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
         A remat.result/v1 to follow instead of solving: the JSON ``remat solve --output`` wrote for
         this step's graph, or a :class:`~remat.solvers.ResultDocument` (another module's ``result``);
         checked like any other, against its own budget unless one is given.
+    in_flight : int
+        Micro-batches the module holds at once, their forwards run and their backwards not yet: a stage of a
+        1F1B pipeline of S stages holds S - i (stage i, from 0). The budget then holds the saved values of the
+        others beside the micro-batch that runs. Default 1.
     **solve_options
         Passed to the solver: ``time_limit_s`` (a cap: local solves stop once their best plan stops
         improving, see :class:`remat.solvers.Convergence`), ``backend``, ``mip_gap``...
@@ -305,7 +309,8 @@ def rematerialize(model: nn.Module, example_inputs: Any, budget: int | str | Non
     remat_backend = _backend(budget, activation_budget, strategy=strategy, server=server, cost_model=cost_model,
                              device=device, compiler=compiler, backward_from=backward_from, transfer=transfer,
                              host_budget=host_budget, cache=cache, progress=progress, graph=graph, result=result,
-                             solve_options=solve_options, name=type(model).__name__, whole_steps=True)
+                             solve_options=solve_options, name=type(model).__name__, whole_steps=True,
+                             in_flight=in_flight)
     module = RematModule(model, loss_fn, remat_backend)
     module._plan_for(*split_inputs(example_inputs))
     return module
@@ -316,7 +321,7 @@ def backend(budget: int | str | None = None, *, activation_budget: float | None 
             compiler: str = "eager", backward_from: str | int | None = AUTO, transfer: TransferSpec = None,
             host_budget: int | str | None = None, cache: bool | str | os.PathLike[str] | PlanCache = True,
             progress: bool = True, graph: Graph | None = None, result: Mapping[str, Any] | ResultDocument | None = None,
-            **solve_options: Any) -> RematBackend:
+            in_flight: int = 1, **solve_options: Any) -> RematBackend:
     """A torch.compile backend that plans every training graph within the budget.
 
     ``torch.compile(model, backend=backend(activation_budget=0.5), fullgraph=True, dynamic=False)``;
@@ -328,7 +333,7 @@ def backend(budget: int | str | None = None, *, activation_budget: float | None 
     return _backend(budget, activation_budget, strategy=strategy, server=server, cost_model=cost_model,
                     device=device, compiler=compiler, backward_from=backward_from, transfer=transfer,
                     host_budget=host_budget, cache=cache, progress=progress, graph=graph, result=result,
-                    solve_options=solve_options)
+                    solve_options=solve_options, in_flight=in_flight)
 
 
 def capture(model: nn.Module, example_inputs: Any, *, loss_fn: LossFn | None = None, cost_model: str = "flops",
@@ -387,7 +392,7 @@ def _backend(budget: int | str | None, activation_budget: float | None, *, strat
              transfer: TransferSpec, host_budget: int | str | None,
              cache: bool | str | os.PathLike[str] | PlanCache, progress: bool, graph: Graph | None,
              result: Mapping[str, Any] | ResultDocument | None, solve_options: Mapping[str, Any],
-             name: str = "step", whole_steps: bool = False) -> RematBackend:
+             name: str = "step", whole_steps: bool = False, in_flight: int = 1) -> RematBackend:
     """The backend of :func:`rematerialize` and :func:`backend` from their arguments (a ``result`` followed
     is checked against its own budget unless one is given)."""
     given = None if result is None else _given(result)
@@ -395,7 +400,7 @@ def _backend(budget: int | str | None, activation_budget: float | None, *, strat
         budget = given.budget
     planner = _planner(strategy, transfer, host_budget, server=server, options=solve_options, cache=cache,
                        progress=progress, given=given)
-    return RematBackend(Budget.of(budget, activation_budget), planner, name=name, cost_model=cost_model,
+    return RematBackend(Budget.of(budget, activation_budget, in_flight), planner, name=name, cost_model=cost_model,
                         device=device, compiler=compiler, costs_from=graph, backward_from=backward_from,
                         transfer=transfer, whole_steps=whole_steps)
 

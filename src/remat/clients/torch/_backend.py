@@ -30,7 +30,7 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation, format_size
+from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation, Transfer, format_size
 from remat.solvers import FITTING_STATUSES, ResultDocument
 
 from ._capture import DryRun
@@ -50,6 +50,10 @@ __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
 
 COMPILERS = ("eager", "inductor")
 """How the planned graphs run: op for op as planned, or compiled by Inductor."""
+
+IN_FLIGHT_ROUNDS = 6
+"""Solves of one graph planned for several micro-batches in flight: the budget as given, then bisection steps
+towards the largest budget whose plan fits beside the others' saved values. (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)
@@ -193,13 +197,12 @@ class RematBackend:
         budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
         transfer = transfer_for(self.transfer, graph, joint)
         inherited = self._inherited.pop((graph.sha256, budget), None)
-        solved, source = (inherited.result, inherited.source) if inherited is not None else \
-            self.planner.result(graph, budget, what=joint.name, transfer=transfer)
-        if self._leanest_will_do and solved.status not in FITTING_STATUSES and solved.smallest_peak:
-            budget = solved.smallest_peak
-            solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
-        plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
-                                        host_budget=self.planner.host_budget)
+        if inherited is not None:
+            solved, source = inherited.result, inherited.source
+            plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
+                                            host_budget=self.planner.host_budget)
+        else:
+            solved, source, plan, simulation, budget = self._plan_in_flight(graph, joint, budget, transfer)
         result = solved
         if plan.has_transfers and self.compiler != "eager":
             raise PlanRejected(f"The plan copies values to host memory and back, which only compiler='eager' runs "
@@ -207,12 +210,56 @@ class RematBackend:
                                f"compiler={self.compiler!r}.")
         if self.compiler == "inductor":
             result, plan, simulation = _random_ops_once(graph, joint, solved, plan, simulation, budget)
-        steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
         # every graph of the step counts the buckets of a DDP that runs it: they are held once
-        at_split = int(simulation.timeline[split_point(joint, steps) - 1])
-        self._held[frame] = at_split - joint.fixed["data_parallel_buckets"]
+        self._held[frame] = _at_split(joint, graph, plan, simulation) - joint.fixed["data_parallel_buckets"]
         self._record(PlannedGraph(joint, graph, result, plan, simulation, budget, source), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
+
+    def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int,
+                        transfer: Transfer | None) -> tuple[ResultDocument, str, Plan, Simulation, int]:
+        """The result, its source, plan and simulation, and the budget it was solved for: within ``budget`` with
+        the saved values of the other micro-batches in flight (:attr:`Budget.in_flight`). Those depend on the
+        plan, so the budget the graph is solved for is searched by bisection: the largest one whose plan fits
+        beside the others."""
+        assert self.budget is not None and self.planner is not None
+        others, low, high = self.budget.in_flight - 1, graph.min_feasible_budget, budget
+        found, why = None, ""
+        for attempt in range(IN_FLIGHT_ROUNDS if others else 1):
+            graph_budget = high if attempt == 0 else (low + high) // 2
+            try:
+                planned = self._solve(graph, joint, graph_budget, transfer)
+            except PlanRejected as refused:
+                if others == 0:
+                    raise
+                low, why = graph_budget, str(refused)
+                continue
+            simulation = planned[3]
+            held = others * _micro_batch_bytes(joint, graph, planned[2], simulation)
+            if others == 0 or simulation.peak_memory + held <= budget:
+                found, low = planned, graph_budget
+                if attempt == 0:
+                    break
+            else:
+                high = graph_budget
+                why = (f"a plan within {format_size(graph_budget)} peaks at {format_size(simulation.peak_memory)} "
+                       f"and the others save {format_size(held)}.")
+        if found is None:
+            raise PlanRejected(f"No plan holds {others + 1} micro-batches in flight within {format_size(budget)}: "
+                               f"{why} Raise the budget, or plan for fewer micro-batches in flight.")
+        return found
+
+    def _solve(self, graph: Graph, joint: JointGraph, budget: int,
+               transfer: Transfer | None) -> tuple[ResultDocument, str, Plan, Simulation, int]:
+        """The result for ``graph`` within ``budget``, checked (PlanRejected unless it fits): its source, plan,
+        simulation and budget (for a graph of a split step under a fraction, the least it can hold)."""
+        assert self.planner is not None
+        solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
+        if self._leanest_will_do and solved.status not in FITTING_STATUSES and solved.smallest_peak:
+            budget = solved.smallest_peak
+            solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
+        plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
+                                        host_budget=self.planner.host_budget)
+        return solved, source, plan, simulation, budget
 
     @property
     def _leanest_will_do(self) -> bool:
@@ -248,6 +295,20 @@ class RematBackend:
             costs, unit = node_costs(joint, [*args, *_ones_for(joint)], cost_model="measured", device=self.device)
             self._measured[structure] = joint.to_graph(costs, cost_unit=unit)
         return self._measured[structure]
+
+
+def _at_split(joint: JointGraph, graph: Graph, plan: Plan, simulation: Simulation) -> int:
+    """Bytes the step holds when its backward starts: what its forward saves, and the fixed memory."""
+    steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
+    return int(simulation.timeline[split_point(joint, steps) - 1])
+
+
+def _micro_batch_bytes(joint: JointGraph, graph: Graph, plan: Plan, simulation: Simulation) -> int:
+    """Bytes one micro-batch holds between its forward and its backward: what the step holds when its backward
+    starts, less what every micro-batch shares (state, gradients, DDP's buckets, the backward's own tangents)."""
+    shared = sum(joint.fixed[k] for k in ("parameters", "buffers", "constants", "gradients", "data_parallel_buckets",
+                                          "tangents"))
+    return _at_split(joint, graph, plan, simulation) - shared
 
 
 class _Partition:

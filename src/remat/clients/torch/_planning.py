@@ -68,21 +68,27 @@ class Budget:
 
     total: int | None = None
     activations: float | None = None
+    in_flight: int = 1
+    """Micro-batches the step holds at once (forwards run, backwards not yet), as a pipeline stage does: each
+    one's saved values count against the budget beside the one that runs."""
 
     @classmethod
-    def of(cls, budget: int | str | None, activation_budget: float | None) -> Budget:
-        """The budget from ``rematerialize``'s arguments: exactly one of them."""
+    def of(cls, budget: int | str | None, activation_budget: float | None, in_flight: int = 1) -> Budget:
+        """The budget from ``rematerialize``'s arguments: exactly one of the first two."""
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise InvalidRequest(f"in_flight must be a whole number of micro-batches, at least 1, got {in_flight!r}.",
+                                 field="in_flight")
         if (budget is None) == (activation_budget is None):
             raise InvalidRequest("Give exactly one of budget= (bytes, or a size such as '6GiB': what the step may "
                                  "hold in total) and activation_budget= (a fraction of its activation memory, "
                                  "such as 0.5).", field="budget")
         if budget is not None:
-            return cls(total=parse_size(budget))
+            return cls(total=parse_size(budget), in_flight=in_flight)
         if isinstance(activation_budget, bool) or not isinstance(activation_budget, (int, float)) \
                 or not 0 < activation_budget <= 1:
             raise InvalidRequest(f"activation_budget must be a fraction in (0, 1], got {activation_budget!r}.",
                                  field="activation_budget")
-        return cls(activations=float(activation_budget))
+        return cls(activations=float(activation_budget), in_flight=in_flight)
 
     def bytes_for(self, graph: Graph, joint: JointGraph, *, held_elsewhere: int = 0) -> int:
         """The budget in bytes for this step's graph, less ``held_elsewhere`` (other graphs' memory)."""

@@ -1,0 +1,69 @@
+"""A module planned for several micro-batches in flight (``in_flight=``), as a pipeline stage holds them: every
+micro-batch's forward runs before the first backward, and the whole holds the budget."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from remat.clients.torch import PlanRejected, activation_peak, rematerialize  # noqa: E402
+from remat.schedules import InvalidRequest  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+IN_FLIGHT = 3
+
+
+def _stage() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)])
+
+
+MICRO_BATCHES = [torch.randn(256, 64, generator=torch.Generator().manual_seed(k)) for k in range(IN_FLIGHT)]
+HELD_BEFORE = sum(p.numel() * p.element_size() for p in _stage().parameters()) \
+    + sum(x.numel() * x.element_size() for x in MICRO_BATCHES)
+
+
+def _warm_up(module: nn.Module, model: nn.Module) -> tuple[int, list[torch.Tensor]]:
+    """A first pipeline stage's warm-up: every micro-batch's forward, then their backwards; the peak (with what is
+    held before: parameters and micro-batches) and the gradients."""
+    def step() -> None:
+        outputs = [module(x) for x in MICRO_BATCHES]
+        for out in outputs:
+            out.backward(torch.ones_like(out))
+
+    model.zero_grad(set_to_none=True)
+    peak = HELD_BEFORE + activation_peak(step, model.parameters())
+    return peak, [p.grad for p in model.parameters()]
+
+
+def test_a_plan_for_the_micro_batches_in_flight_holds_them_all_within_the_budget():
+    reference = _stage()
+    eager_peak, expected = _warm_up(reference, reference)
+    budget = HELD_BEFORE + (eager_peak - HELD_BEFORE) // 2
+
+    one_at_a_time = _stage()
+    planned_for_one = rematerialize(one_at_a_time, (MICRO_BATCHES[0],), budget=budget, progress=False, cache=False,
+                                    time_limit_s=3)
+    assert _warm_up(planned_for_one, one_at_a_time)[0] > budget  # each micro-batch keeps what one alone may
+
+    model = _stage()
+    planned = rematerialize(model, (MICRO_BATCHES[0],), budget=budget, in_flight=IN_FLIGHT, progress=False,
+                            cache=False, time_limit_s=3)
+    peak, gradients = _warm_up(planned, model)
+    assert peak <= budget
+    assert planned.plans[0].budget < budget  # the graph was solved for what the others leave
+    assert all(torch.equal(g, e) for g, e in zip(gradients, expected, strict=True))
+
+
+def test_too_many_micro_batches_in_flight_are_refused_with_what_to_change():
+    model = _stage()
+    with pytest.raises(PlanRejected, match=r"No plan holds 40 micro-batches in flight within .* Raise the budget, "
+                                           r"or plan for fewer micro-batches in flight"):
+        rematerialize(model, (MICRO_BATCHES[0],), activation_budget=0.9, in_flight=40, progress=False, cache=False,
+                      time_limit_s=1)
+    with pytest.raises(InvalidRequest, match="in_flight must be a whole number of micro-batches, at least 1"):
+        rematerialize(model, (MICRO_BATCHES[0],), activation_budget=0.9, in_flight=0)
