@@ -3,15 +3,16 @@
 A GPT of 8 blocks (tests/torch_models.py, no dropout) is cut into 4 stages of 2 blocks, one per gloo
 process on the CPU, and trained with ``torch.distributed.pipelining``'s ``Schedule1F1B`` over 8
 micro-batches. First every block runs under ``torch.utils.checkpoint`` (the uniform policy); the
-per-rank budget is the largest step peak of its ranks (one device size for all). Then each stage is
+per-rank budget is 1.5 times (``--budget-scale``) the largest step peak of its ranks (one device size
+for all). Then each stage is
 ``rematerialize()``-d with that budget and ``in_flight`` = 4 - stage (the micro-batches 1F1B has it hold
 at once). Per rank: the step peak (the stage's parameters plus what the step allocates, counted to the
 byte by :class:`remat.clients.torch.LiveBytes`, the pipeline's own receive buffers included), the step's
 median CPU time (one intra-op thread per process) and, for remat, the plans it made and their overhead; a
 stage remat refuses runs without it (its row says so), so that the other stages can still be measured.
 
-    python benchmarks/pipeline.py                       # 4 ranks, 3 timed steps per variant
-    python benchmarks/pipeline.py --budget-scale 1.5    # a per-rank budget of 1.5x checkpointing's peak
+    python benchmarks/pipeline.py                       # 4 ranks, a budget of 1.5x checkpointing's peak
+    python benchmarks/pipeline.py --budget-scale 1      # at checkpointing's peak: the first stage is refused
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def _rank(rank: int, out: str, steps: int, scale: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant")
-    parser.add_argument("--budget-scale", type=float, default=1.0,
+    parser.add_argument("--budget-scale", type=float, default=1.5,
                         help="the per-rank budget as a multiple of checkpointing's largest peak")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as out:
