@@ -229,7 +229,7 @@ class RematBackend:
             try:
                 planned = self._solve(graph, joint, graph_budget, transfer)
             except PlanRejected as refused:
-                if others == 0:
+                if attempt == 0:  # no plan for one micro-batch alone: none for several
                     raise
                 low, why = graph_budget, str(refused)
                 continue
