@@ -42,11 +42,23 @@ _LOG_METHODS = ("debug", "info", "warning", "warn", "error", "exception", "criti
 
 
 class _LoggingFunctions(frozenset[Callable[..., Any]]):
-    """The logging functions TorchDynamo skips, written by name where it logs its settings (torch 2.11 sorts a
-    set setting to log it, which fails on functions and logs a traceback at every compilation)."""
+    """The logging functions TorchDynamo skips, written by name where it logs its settings (torch 2.13 leaves this
+    setting out of its log; torch 2.11 tries to write it and fails, see :class:`_UnloggableSetting`)."""
 
     def to_jsonable(self) -> list[str]:
         return sorted(f.__qualname__ for f in self)
+
+
+class _UnloggableSetting(logging.Filter):
+    """Drops torch 2.11's traceback for the compilation metrics it could not write because a setting holds
+    :class:`_LoggingFunctions` (it writes every setting as JSON); the compilation itself is unaffected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, TypeError) and _LoggingFunctions.__name__ in str(error))
+
+
+logging.getLogger("torch._dynamo.metrics_context").addFilter(_UnloggableSetting())
 
 
 class DryRun(Exception):
