@@ -3,6 +3,8 @@ micro-batch's forward runs before the first backward, and the whole holds the bu
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -10,6 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from remat.clients.torch import PlanRejected, activation_peak, rematerialize  # noqa: E402
+from remat.clients.torch._planning import Planner  # noqa: E402
 from remat.schedules import InvalidRequest  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -40,7 +43,7 @@ def _warm_up(module: nn.Module, model: nn.Module) -> tuple[int, list[torch.Tenso
     return peak, [p.grad for p in model.parameters()]
 
 
-def test_a_plan_for_the_micro_batches_in_flight_holds_them_all_within_the_budget():
+def test_a_plan_for_the_micro_batches_in_flight_holds_them_all_within_the_budget(monkeypatch):
     reference = _stage()
     eager_peak, expected = _warm_up(reference, reference)
     budget = HELD_BEFORE + (eager_peak - HELD_BEFORE) // 2
@@ -57,6 +60,12 @@ def test_a_plan_for_the_micro_batches_in_flight_holds_them_all_within_the_budget
     assert peak <= budget
     assert planned.plans[0].budget < budget  # the graph was solved for what the others leave
     assert all(torch.equal(g, e) for g, e in zip(gradients, expected, strict=True))
+
+    solves = []
+    monkeypatch.setattr(Planner, "_solve", lambda *args, **kwargs: solves.append(args))
+    twin = copy.deepcopy(planned)  # follows the plan it had, without searching its budget again
+    assert _warm_up(twin, twin.model)[0] <= budget and not solves
+    assert twin.plans[0].result == planned.plans[0].result
 
 
 def test_too_many_micro_batches_in_flight_are_refused_with_what_to_change():

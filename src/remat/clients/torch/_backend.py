@@ -67,9 +67,14 @@ class PlannedGraph:
     plan: Plan
     simulation: Simulation
     budget: int
+    """The bytes the plan was solved for: the step's budget, less what other micro-batches in flight save, or for a
+    graph of a split step under a fraction, the least it can hold."""
     source: str
     """``"solved"``, ``"cache"`` (the plan cache on disk), ``"given"`` (a result passed in) or ``"rank K"`` (solved by
     another rank of a torch.distributed job, for the same graph)."""
+
+    asked: int
+    """The bytes the step's budget left this graph (what a copy of the backend asks again for it)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PlannedGraph:
         """Itself: a plan made is a record that does not change, which copies share (its joint graph included)."""
@@ -129,7 +134,7 @@ class RematBackend:
         """A copy (deep or unpickled) compiles its graphs again: one planned before (the same graph at the same
         budget) follows the plan it had, which it replaces in ``planned``, without solving again."""
         self.__dict__.update(state)
-        self._inherited = {(p.graph.sha256, p.budget): p for p in self.planned}
+        self._inherited = {(p.graph.sha256, p.asked): p for p in self.planned}
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         try:
@@ -194,15 +199,15 @@ class RematBackend:
         """Plan ``graph`` (the joint graph's export) within the budget and lower the plan."""
         assert self.budget is not None and self.planner is not None
         held = 0 if self.whole_steps else sum(b for f, b in self._held.items() if f != frame)
-        budget = self.budget.bytes_for(graph, joint, held_elsewhere=held)
+        asked = self.budget.bytes_for(graph, joint, held_elsewhere=held)
         transfer = transfer_for(self.transfer, graph, joint)
-        inherited = self._inherited.pop((graph.sha256, budget), None)
+        inherited = self._inherited.pop((graph.sha256, asked), None)
         if inherited is not None:
-            solved, source = inherited.result, inherited.source
+            solved, source, budget = inherited.result, inherited.source, inherited.budget
             plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
                                             host_budget=self.planner.host_budget)
         else:
-            solved, source, plan, simulation, budget = self._plan_in_flight(graph, joint, budget, transfer)
+            solved, source, plan, simulation, budget = self._plan_in_flight(graph, joint, asked, transfer)
         result = solved
         if plan.has_transfers and self.compiler != "eager":
             raise PlanRejected(f"The plan copies values to host memory and back, which only compiler='eager' runs "
@@ -212,7 +217,7 @@ class RematBackend:
             result, plan, simulation = _random_ops_once(graph, joint, solved, plan, simulation, budget)
         # every graph of the step counts the buckets of a DDP that runs it: they are held once
         self._held[frame] = _at_split(joint, graph, plan, simulation) - joint.fixed["data_parallel_buckets"]
-        self._record(PlannedGraph(joint, graph, result, plan, simulation, budget, source), replacing=inherited)
+        self._record(PlannedGraph(joint, graph, result, plan, simulation, budget, source, asked), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
 
     def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int,
@@ -233,8 +238,8 @@ class RematBackend:
                     raise
                 low, why = graph_budget, str(refused)
                 continue
-            simulation = planned[3]
-            held = others * _micro_batch_bytes(joint, graph, planned[2], simulation)
+            _, _, plan, simulation, _ = planned
+            held = others * _micro_batch_bytes(joint, graph, plan, simulation)
             if others == 0 or simulation.peak_memory + held <= budget:
                 found, low = planned, graph_budget
                 if attempt == 0:
