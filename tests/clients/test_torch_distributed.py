@@ -65,7 +65,8 @@ def test_ranks_planning_the_same_graph_solve_it_once(tmp_path: Path) -> None:
 def test_pipeline_stages_planned_apart_train_as_the_pipeline_without_remat(tmp_path: Path) -> None:
     stages = _run("pipeline", 2, tmp_path)
     for found in stages:
-        assert found["difference"] == 0.0 and found["plans"] >= 1
+        assert found["difference"] == 0.0
+        assert found["plans"] == 2  # the second planned inside the pipeline's step, when the stages are not in step
     assert stages[-1]["losses"] == stages[-1]["expected_losses"] and len(stages[-1]["losses"]) == 4
 
 
