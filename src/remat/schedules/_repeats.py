@@ -3,11 +3,11 @@
 A *block* is a stretch of consecutive forward nodes together with the backward nodes that belong to
 it; a *run* is a sequence of blocks, one after the other along the forward pass, that are copies of
 each other: position by position the same kind, cost, memory and operation (the node's ``op``, when
-it has one), and the same deps, each either a node of the same block, of the block before or after
-it (at the same position), or one node outside the run that every block reads (a shared input). The
-first block of a run may read, where the others read the block before, any node outside the run,
-and the last block likewise where the others read the block after. Ids play no part, so a renamed
-copy is a copy; a block whose cost, memory, op or deps differ anywhere is not, and a run stops at it.
+it has one), and the same deps, each either a node of a block of the run (at the same distance in
+blocks and the same position: the block itself, the one before, ...), or one node outside the run
+that every block reads (a shared input). Where the others read a block before the first or after
+the last, the blocks near the ends of the run may read any node outside it instead. Ids play no
+part, so a renamed copy is a copy; a block whose cost, memory, op or deps differ anywhere is not, and a run stops at it.
 
 Finding them takes time in proportion to the graph: forward nodes become tokens (their label and
 their deps as distances back along the forward pass), candidate periods are the commonest distances
@@ -72,19 +72,20 @@ def find_repeats(graph: Graph, *, min_blocks: int = 2) -> list[BlockRun]:
     ...     return {"id": name, "deps": list(deps), "cost": cost, "memory": 4, "kind": kind}
     >>> g = Graph.from_json({"format": "remat.graph/v1", "nodes": [
     ...     node("x"), node("a", "x"), node("b", "a"), node("c", "b"), node("loss", "c", cost=2),
-    ...     node("gc", "loss", "c", kind="backward"), node("gb", "gc", "b", kind="backward"),
-    ...     node("ga", "gb", "a", kind="backward")]})
+    ...     node("seed", "loss", kind="backward"), node("gc", "seed", "c", kind="backward"),
+    ...     node("gb", "gc", "b", kind="backward"), node("ga", "gb", "a", kind="backward")]})
     >>> [run.nodes.tolist() for run in find_repeats(g)]  # blocks (a, ga), (b, gb), (c, gc)
-    [[[1, 7], [2, 6], [3, 5]]]
+    [[[1, 8], [2, 7], [3, 6]]]
     """
     forward = np.asarray(graph.forward_nodes, dtype=np.int64)
     labels = _labels(graph)
     position = np.full(graph.size, -1, dtype=np.int64)
     position[forward] = np.arange(len(forward))
     tokens = _forward_tokens(graph, forward, position, labels)
+    widths = _cut_widths(graph, forward, position)
     runs: list[BlockRun] = []
     while len(runs) < MAX_RUNS:
-        span = _best_span(tokens, min_blocks)
+        span = _best_span(tokens, widths, min_blocks)
         if span is None:
             break
         start, period, count = span
@@ -114,16 +115,34 @@ def _forward_tokens(graph: Graph, forward: np.ndarray, position: np.ndarray, lab
     return _intern(keys)
 
 
-def _best_span(tokens: np.ndarray, min_blocks: int) -> tuple[int, int, int] | None:
-    """(start, period, count) of the periodic stretch of ``tokens`` with the most blocks' nodes, or None."""
+def _cut_widths(graph: Graph, forward: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """widths[c]: how many forward values made before forward position c are read by one at c or after."""
+    last = np.arange(len(forward))
+    for v in forward.tolist():
+        for u in graph.deps[v]:
+            if position[u] >= 0:
+                last[position[u]] = max(last[position[u]], position[v])
+    rise = np.zeros(len(forward) + 1, dtype=np.int64)
+    np.add.at(rise, np.arange(len(forward)) + 1, 1)
+    np.subtract.at(rise, last + 1, 1)
+    return np.cumsum(rise)
+
+
+def _best_span(tokens: np.ndarray, widths: np.ndarray, min_blocks: int) -> tuple[int, int, int] | None:
+    """(start, period, count) of the periodic stretch of ``tokens`` with the most blocks' nodes, or None.
+
+    The blocks start where the fewest values cross into them (a layer's input, not the middle of it),
+    among the starts that keep the most blocks or one fewer."""
     best: tuple[int, int, int] | None = None
     for period in _candidate_periods(tokens):
         same = np.concatenate(([False], tokens[:-period] == tokens[period:], [False]))
         edges = np.flatnonzero(np.diff(same.astype(np.int8)))
         for first, stop in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
-            count = (stop - first + period) // period
-            if count >= min_blocks and (best is None or count * period > best[1] * best[2]):
-                best = (first, period, count)
+            length = stop - first + period
+            if length // period >= min_blocks and (best is None or length // period * period > best[1] * best[2]):
+                start = min(range(first, first + period), key=lambda c: (widths[c], c))
+                count = (first + length - start) // period
+                best = (start, period, count) if count >= min_blocks else best
     return best
 
 
@@ -141,19 +160,15 @@ def _verified_runs(graph: Graph, forward_blocks: np.ndarray, labels: np.ndarray,
     count = forward_blocks.shape[0]
     block = np.full(graph.size, -1, dtype=np.int64)
     block[forward_blocks] = np.arange(count)[:, None]
-    _assign_backward(graph, block)
+    _assign_backward(graph, block, count)
     members = _members(block, count)
     slot = np.full(graph.size, -1, dtype=np.int64)
     for nodes in members:
         slot[nodes] = np.arange(len(nodes))
     signatures = [_signature(graph, block, slot, labels, members[k], k) for k in range(count)]
     inner = signatures[1:-1] if count >= 3 else signatures
-    common = Counter(sig for sig in inner if sig is not None).most_common(1)
-    if not common:
-        return []
-    reference = common[0][0]  # an inner block's: the ends may differ from it where they read outside
-    matches = [sig is not None and _matches(sig, reference, k == 0, k == count - 1)
-               for k, sig in enumerate(signatures)]
+    reference = Counter(inner).most_common(1)[0][0]  # an inner block's: the ends may read outside instead
+    matches = [_matches(sig, reference, k, count) for k, sig in enumerate(signatures)]
     runs = []
     k = 0
     while k < count:
@@ -166,19 +181,30 @@ def _verified_runs(graph: Graph, forward_blocks: np.ndarray, labels: np.ndarray,
     return runs
 
 
-def _assign_backward(graph: Graph, block: np.ndarray) -> None:
-    """Give each backward node (in place) the latest block among its forward deps (-1, outside, when they
-    all are), or, reading no forward node, the earliest among its backward deps (-1 when none is in one)."""
+def _assign_backward(graph: Graph, block: np.ndarray, count: int) -> None:
+    """Give each backward node (in place) the latest block among its forward deps, or, reading no forward
+    node, the earliest among its backward deps; -1 (outside) when that is no block of the run.
+
+    Forward nodes outside the run count as before its first block or after its last, by where they run,
+    so that a backward node of the blocks before the run (reading its first block's gradient) or after
+    it (the loss's) is not taken into the run's first or last block.
+    """
+    first = int(np.flatnonzero(block == 0)[0])
+    side = block.copy()
+    outside = (side < 0) & ~graph.backward
+    side[outside] = np.where(np.flatnonzero(outside) < first, -1, count)
     backward = graph.backward
     for v in np.flatnonzero(backward).tolist():
         deps = graph.deps[v]
-        forward = [int(block[u]) for u in deps if not backward[u]]
+        forward = [int(side[u]) for u in deps if not backward[u]]
         if forward:
-            block[v] = max(forward)  # -1 when its forward deps are all outside the runs
-            continue
-        behind = [int(block[u]) for u in deps if backward[u] and block[u] >= 0]
-        if behind:
-            block[v] = min(behind)
+            side[v] = max(forward)
+        elif deps:
+            side[v] = min(int(side[u]) for u in deps)
+        else:
+            side[v] = count
+    inside = backward & (side >= 0) & (side < count)
+    block[inside] = side[inside]
 
 
 def _members(block: np.ndarray, count: int) -> list[np.ndarray]:
@@ -188,41 +214,37 @@ def _members(block: np.ndarray, count: int) -> list[np.ndarray]:
     return np.split(nodes, np.searchsorted(block[nodes], np.arange(1, count)))
 
 
-Signature = tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
+OUT = 1 << 40
+"""The block distance that marks a dep outside the run (its node then stands for itself)."""
+
+Signature = tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
 
 
 def _signature(graph: Graph, block: np.ndarray, slot: np.ndarray, labels: np.ndarray, nodes: np.ndarray,
-               k: int) -> Signature | None:
-    """Per position, the label and the deps as (where, position): in the same block ('in'), the block
-    before ('prev') or after ('next'), or outside the run ('out', the node itself); None when a dep
-    lies two or more blocks away."""
+               k: int) -> Signature:
+    """Per position, the label and the deps as (block distance, position in that block), or
+    (:data:`OUT`, the node itself) for a dep outside the run."""
     out = []
     for v in nodes.tolist():
         deps = []
         for u in graph.deps[v]:
             other = int(block[u])
-            if other < 0:
-                deps.append(("out", u))
-            elif abs(other - k) > 1:
-                return None
-            else:
-                deps.append((("prev", "in", "next")[other - k + 1], int(slot[u])))
+            deps.append((OUT, u) if other < 0 else (other - k, int(slot[u])))
         out.append((int(labels[v]), tuple(sorted(deps))))
     return tuple(out)
 
 
-def _matches(signature: Signature, reference: Signature, first: bool, last: bool) -> bool:
-    """Whether a block's signature is the reference's; the first block may read outside nodes where the
-    reference reads the block before, and the last where it reads the block after."""
+def _matches(signature: Signature, reference: Signature, k: int, count: int) -> bool:
+    """Whether block k's signature is the reference's; where the reference reads a block that block k
+    has not (before the first, after the last), block k may read any node outside the run instead."""
     if len(signature) != len(reference):
         return False
-    loose = {w for w, on in (("prev", first), ("next", last)) if on}
     for (label, deps), (want_label, want_deps) in zip(signature, reference, strict=True):
         if label != want_label or len(deps) != len(want_deps):
             return False
         if deps == want_deps:
             continue
-        strict = {d for d in want_deps if d[0] not in loose}
-        if not strict <= set(deps) or any(d[0] != "out" for d in set(deps) - strict):
+        strict = {(d, j) for d, j in want_deps if d == OUT or 0 <= k + d < count}
+        if not strict <= set(deps) or any(d != OUT for d, _ in set(deps) - strict):
             return False
     return True
