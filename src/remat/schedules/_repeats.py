@@ -30,10 +30,10 @@ from ._graph import Graph
 __all__ = ["BlockRun", "find_repeats"]
 
 CANDIDATE_PERIODS = 16
-"""How many of the commonest distances between equal forward tokens are tried as block lengths."""
+"""How many of the commonest distances between equal forward tokens are tried as block lengths. (docs/tuning.md)"""
 
 MAX_RUNS = 16
-"""Most runs reported (the longest first)."""
+"""Most runs reported (the longest first). (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)
