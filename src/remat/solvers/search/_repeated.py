@@ -35,8 +35,12 @@ KEEP = 3
 MIN_NODES = 2000
 """Graphs below this many nodes are searched whole: the search reaches its budget fast there. (docs/tuning.md)"""
 
-SOLVE_S = 1.0
-"""Seconds for each solve of the short graph (a fifth of the time left at most). (docs/tuning.md)"""
+MOVES = 20_000
+"""Annealing moves of each solve of the short graph (about a second on a 400-node graph; counted in
+moves, so that the composed plan does not depend on the machine's load). (docs/tuning.md)"""
+
+SOLVE_S = 5.0
+"""Seconds each solve of the short graph may take at most (a fifth of the time left at most). (docs/tuning.md)"""
 
 TRIES = 4
 """Solves of the short graph, each at a budget moved by the composed plan's distance to the budget, per
@@ -166,7 +170,7 @@ def composed_start(graph: Graph, budget: int, ctx: SolveContext, annealer: Annea
     for _ in range(TRIES):
         small_budget = max(small.min_feasible_budget, int(target))
         solver = Annealer(small, small_budget, seed=0)
-        solver.run(ctx.detached(min(SOLVE_S, ctx.remaining_s() / 5)))
+        solver.run(ctx.detached(min(SOLVE_S, ctx.remaining_s() / 5)), max_moves=MOVES)
         if ctx.stopped() or solver.best is None:
             break
         peak, cost = _try(annealer, compose(short, solver.best), budget, on_fit)
