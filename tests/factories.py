@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
-from remat.schedules import Graph, Plan, Transfer, checkpoint_all_plan, simulate
+from remat.schedules import Graph, GraphLimits, Plan, Transfer, checkpoint_all_plan, simulate
 
 if TYPE_CHECKING:
     from remat.solvers import ResultDocument
@@ -124,7 +124,8 @@ BLOCK_BACKWARD = (("go", ("g", "s"), 2.0, 4), ("gs", ("go", "q", "k"), 4.0, 8), 
 
 
 def stacked_blocks(count: int, *, names: Callable[[int, str], str] = lambda i, role: f"{role}{i}",
-                   change: Callable[[int, str, dict[str, Any]], None] = lambda i, role, node: None) -> Graph:
+                   change: Callable[[int, str, dict[str, Any]], None] = lambda i, role, node: None,
+                   limits: GraphLimits | None = None) -> Graph:
     """A training graph of ``count`` copies of a transformer-like block between an embedding and a loss.
 
     ``names(i, role)`` names block i's node of that role (renamed copies); ``change(i, role, node)`` may
@@ -147,7 +148,7 @@ def stacked_blocks(count: int, *, names: Callable[[int, str], str] = lambda i, r
     for i in reversed(range(count)):
         for role, deps, cost, memory in BLOCK_BACKWARD:
             add(i, role, deps, cost, memory, "backward", {"g": names(i + 1, "gx") if i + 1 < count else "gloss"})
-    return Graph.from_json(graph_doc(nodes, name=f"stacked{count}"))
+    return Graph.from_json(graph_doc(nodes, name=f"stacked{count}"), limits=limits)
 
 
 def to_json_text(graph: Graph) -> str:

@@ -7,7 +7,7 @@ import math
 
 from factories import stacked_blocks
 
-from remat.schedules import simulate, simulate_schedule
+from remat.schedules import GraphLimits, simulate, simulate_schedule
 from remat.schedules._repeats import find_repeats
 from remat.solvers import ResultStatus, SolveContext, solve
 from remat.solvers.search import Annealer, Timeline, compose, composed_start, shorten
@@ -44,27 +44,28 @@ def test_the_template_block_is_composed_over_every_cut_block_and_the_ends_stay()
 
 
 def test_a_composed_start_fits_and_says_what_it_reused():
-    graph = stacked_blocks(210)
+    graph = stacked_blocks(60)
     budget = math.ceil(0.7 * graph.checkpoint_all_peak)
     annealer = Annealer(graph, budget, seed=0)
     found: list[float] = []
-    line = composed_start(graph, budget, SolveContext(), annealer, lambda cost, extras: found.append(cost))
-    assert line is not None and line.startswith("repeated blocks: 210 identical blocks of 10 nodes"), line
+    line = composed_start(graph, budget, SolveContext(), annealer, lambda cost, extras: found.append(cost),
+                          min_nodes=0)
+    assert line is not None and line.startswith("repeated blocks: 60 identical blocks of 10 nodes"), line
     assert found and found == sorted(found, reverse=True) and annealer.best_cost == found[-1]
     assert annealer.tl.peak() <= budget
 
 
-def test_a_small_graph_is_searched_whole():
-    graph = stacked_blocks(40)
+def test_a_graph_under_min_nodes_is_searched_whole():
+    graph = stacked_blocks(1000)
     annealer = Annealer(graph, graph.checkpoint_all_peak, seed=0)
     assert composed_start(graph, graph.checkpoint_all_peak, SolveContext(), annealer, lambda *_: None) is None
 
 
 def test_the_solve_from_a_composed_start_returns_a_simulated_plan():
-    graph = stacked_blocks(210)
-    result = solve(graph, budget_ratio=0.7, strategy="checkmate", time_limit_s=8, threads=2)
+    graph = stacked_blocks(2000, limits=GraphLimits(max_nodes=30_000))  # 20,004 nodes
+    result = solve(graph, budget_ratio=0.7, strategy="checkmate", time_limit_s=15, threads=2)
     assert result.status in (ResultStatus.FEASIBLE, ResultStatus.OPTIMAL), result.log
-    assert any(line.startswith("repeated blocks: 210 identical blocks") for line in result.log), result.log
+    assert any(line.startswith("repeated blocks: 2000 identical blocks") for line in result.log), result.log
     simulation = simulate(graph, result.plan)
     assert (simulation.cost, simulation.peak_memory) == (result.cost, result.peak_memory)
     assert result.peak_memory <= result.budget
