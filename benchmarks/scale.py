@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from baselines import source_tree
+from deepen import LIMITS
 
 from remat.schedules import Graph
 from remat.solvers import DEFAULT_CONVERGENCE, Progress, solve
@@ -59,7 +60,7 @@ def main() -> None:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for path in args.graphs:
-            graph = Graph.from_path(path)
+            graph = Graph.from_path(path, limits=LIMITS)
             for ratio in args.ratios:
                 for mode in args.modes:
                     for _ in range(args.repeat):
@@ -91,7 +92,7 @@ def _measure(path: str, ratio: float, mode: str, limit: float, tree: Path | None
 
 def _measure_here(path: str, ratio: float, mode: str, limit: float) -> dict[str, Any]:
     """What ``--measure`` prints: the result's numbers, the first fitting plan's time, the processes' peak RSS."""
-    graph = Graph.from_path(path)
+    graph = Graph.from_path(path, limits=LIMITS)
     events: list[Progress] = []
     result = solve(graph, budget_ratio=ratio, strategy="checkmate", time_limit_s=limit, threads=os.cpu_count(),
                    on_progress=events.append, convergence=MODES[mode])

@@ -7,8 +7,10 @@ without remat, through both ways in: ``DDP(rematerialize(model, ...))`` and ``to
 backend=backend(...))`` with buckets small enough that TorchDynamo splits the step at their boundaries. The
 step is then measured (on the CPU, to the byte) against its plan.
 
-``fsdp``: a step of the GPT-2 sharded with FSDP2's ``fully_shard`` per block, through ``backend()`` (FSDP2's
-hooks split the step into a graph per block), against the same step without remat.
+``fsdp``: a step of the GPT-2 sharded with FSDP2's ``fully_shard`` per block, through ``backend()`` with a byte
+budget (FSDP2's hooks split the step into a graph per block), against the same step without remat; then a step
+measured to the byte (gathered parameters included) against the plans' peak: the most any graph's plan peaks at
+plus what the graphs before it hold.
 
 ``plans``: every rank plans a small MLP's step with ``rematerialize()``, the last rank on a batch of
 another size: the ranks with the same graph solve it once, the last rank solves its own.
@@ -32,10 +34,15 @@ import torch.multiprocessing as mp
 import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from remat.clients.torch import activation_peak, backend, rematerialize
+from remat.clients.torch import LiveBytes, activation_peak, backend, rematerialize
 
 VOCAB = 256
 BUCKET_MB = 1
+FSDP_BATCH = (8, 64)
+"""The FSDP2 run's batch, in tokens, whose activations outweigh what FSDP2 holds, so the budget makes a plan
+rematerialize."""
+FSDP_BUDGET = 40_000_000
+"""The FSDP2 run's budget per rank: its last block's graph, left the least by the blocks before it, rematerializes."""
 
 
 def _model() -> torch.nn.Module:
@@ -45,8 +52,8 @@ def _model() -> torch.nn.Module:
     return transformers.GPT2LMHeadModel(config).train()
 
 
-def _batch(rank: int, step: int) -> dict[str, torch.Tensor]:
-    ids = torch.randint(0, VOCAB, (2, 32), generator=torch.Generator().manual_seed(100 * rank + step))
+def _batch(rank: int, step: int, shape: tuple[int, int] = (2, 32)) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, VOCAB, shape, generator=torch.Generator().manual_seed(100 * rank + step))
     return {"input_ids": ids, "labels": ids}
 
 
@@ -120,14 +127,32 @@ def _fsdp(rank: int, world: int) -> dict[str, Any]:
             fully_shard(block)
         return fully_shard(model)
 
+    def step(module: torch.nn.Module, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> None:
+        model.zero_grad(set_to_none=True)
+        module(**batch).loss.backward()
+
+    batches = [_batch(rank, s, FSDP_BATCH) for s in range(3)]
     reference = sharded()
-    reference(**_batch(rank, 0)).loss.backward()
+    step(reference, reference, batches[0])
     model = sharded()
-    remat = backend(activation_budget=0.8, progress=False, cache=False)
-    torch.compile(model, backend=remat, dynamic=False)(**_batch(rank, 0)).loss.backward()
+    remat = backend(budget=FSDP_BUDGET, progress=False, cache=False)
+    compiled = torch.compile(model, backend=remat, dynamic=False)
+    step(compiled, model, batches[0])
     difference = max((p.grad.full_tensor() - q.grad.full_tensor()).abs().max().item()
                      for p, q in zip(model.parameters(), reference.parameters(), strict=True))
-    return {"difference": difference, "graphs": len(remat.planned)}
+    step(compiled, model, batches[1])  # the FSDP2 step warmed up: its all-gather and reduce-scatter buffers made
+    model.zero_grad(set_to_none=True)
+    batch = batches[2]  # made before the step: resident, as the sharded parameters are
+    with LiveBytes() as live:  # sees FSDP2 gather parameters into storages it resizes
+        compiled(**batch).loss.backward()
+    resident = sum(p.to_local().untyped_storage().nbytes() for p in model.parameters()) \
+        + sum(t.untyped_storage().nbytes() for t in batch.values())
+    # each graph plans within what the graphs before it in the step leave it
+    planned = max(p.simulation.peak_memory + FSDP_BUDGET - p.asked for p in remat.planned)
+    return {"difference": difference, "graphs": len(remat.planned), "measured": resident + live.peak,
+            "planned": planned, "budget": FSDP_BUDGET, "fully_sharded": [p.joint.fixed["fully_sharded"]
+                                                                     for p in remat.planned],
+            "rematerialized": sum(p.simulation.peak_memory < p.graph.checkpoint_all_peak for p in remat.planned)}
 
 
 def _pipeline(rank: int, world: int) -> dict[str, Any]:

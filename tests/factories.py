@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
-from remat.schedules import Graph, Plan, Transfer, checkpoint_all_plan, simulate
+from remat.schedules import Graph, GraphLimits, Plan, Transfer, checkpoint_all_plan, simulate
 
 if TYPE_CHECKING:
     from remat.solvers import ResultDocument
@@ -112,6 +113,42 @@ def random_chains(draw: st.DrawFn, *, max_length: int = 10) -> Graph:
         reads = [f"g{i + 1}" if i + 1 < n else "loss", f"f{i}"] + ([f"f{i - 1}"] if wide and i else [])
         nodes.append({"id": f"g{i}", "deps": reads, "kind": "backward", **numbers()})
     return Graph.from_json(graph_doc(nodes, name="random-chain", fixed_memory=draw(st.integers(0, 20))))
+
+
+BLOCK_FORWARD = (("ln", ("x",), 1.0, 4), ("q", ("ln",), 2.0, 4), ("k", ("ln",), 2.0, 4), ("s", ("q", "k"), 3.0, 8),
+                 ("o", ("s", "ln"), 2.0, 4), ("out", ("x", "o"), 1.0, 4))
+BLOCK_BACKWARD = (("go", ("g", "s"), 2.0, 4), ("gs", ("go", "q", "k"), 4.0, 8), ("gln", ("gs", "go", "ln"), 2.0, 4),
+                  ("gx", ("gln", "g"), 1.0, 4))
+"""A transformer-like block: (role, deps, cost, memory). ``x`` is the block's input (the block before's ``out``),
+``g`` the gradient coming back (the block after's ``gx``)."""
+
+
+def stacked_blocks(count: int, *, names: Callable[[int, str], str] = lambda i, role: f"{role}{i}",
+                   change: Callable[[int, str, dict[str, Any]], None] = lambda i, role, node: None,
+                   limits: GraphLimits | None = None) -> Graph:
+    """A training graph of ``count`` copies of a transformer-like block between an embedding and a loss.
+
+    ``names(i, role)`` names block i's node of that role (renamed copies); ``change(i, role, node)`` may
+    edit the node's JSON before the graph is built (near-copies).
+    """
+    nodes: list[dict[str, Any]] = [{"id": "embed", "deps": [], "cost": 1.0, "memory": 4}]
+
+    def add(i: int, role: str, deps: tuple[str, ...], cost: float, memory: int, kind: str,
+            outer: dict[str, str]) -> None:
+        node = {"id": names(i, role), "deps": [outer.get(d) or names(i, d) for d in deps], "cost": cost,
+                "memory": memory, "kind": kind}
+        change(i, role, node)
+        nodes.append(node)
+
+    for i in range(count):
+        for role, deps, cost, memory in BLOCK_FORWARD:
+            add(i, role, deps, cost, memory, "forward", {"x": names(i - 1, "out") if i else "embed"})
+    nodes.append({"id": "loss", "deps": [names(count - 1, "out")], "cost": 5.0, "memory": 1})
+    nodes.append({"id": "gloss", "deps": ["loss"], "cost": 1.0, "memory": 4, "kind": "backward"})
+    for i in reversed(range(count)):
+        for role, deps, cost, memory in BLOCK_BACKWARD:
+            add(i, role, deps, cost, memory, "backward", {"g": names(i + 1, "gx") if i + 1 < count else "gloss"})
+    return Graph.from_json(graph_doc(nodes, name=f"stacked{count}"), limits=limits)
 
 
 def to_json_text(graph: Graph) -> str:

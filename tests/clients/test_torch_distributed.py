@@ -1,7 +1,8 @@
 """remat in torch.distributed jobs, gloo processes on the CPU (tests/distributed_runs.py runs the ranks):
 ``DDP(rematerialize(model))`` and ``torch.compile(DDP(model), backend=backend(...))`` give every rank the gradients
 DDP gives without remat, DDP's gradient buckets are fixed memory in every plan, ranks planning the same graph
-solve it once, and pipeline stages, which plan different graphs at different times, train as without remat."""
+solve it once, pipeline stages, which plan different graphs at different times, train as without remat, and a model
+sharded per block with FSDP2 trains with FSDP2's gradients within its plans, what FSDP2 holds counted."""
 
 from __future__ import annotations
 
@@ -70,7 +71,11 @@ def test_pipeline_stages_planned_apart_train_as_the_pipeline_without_remat(tmp_p
     assert stages[-1]["losses"] == stages[-1]["expected_losses"] and len(stages[-1]["losses"]) == 4
 
 
-def test_fsdp2_sharded_per_block_trains_through_the_backend_with_fsdp2s_gradients(tmp_path: Path) -> None:
+def test_fsdp2_sharded_per_block_trains_through_the_backend_with_fsdp2s_gradients_within_its_plan(
+        tmp_path: Path) -> None:
     for found in _run("fsdp", 2, tmp_path):
         assert found["difference"] == 0.0
         assert found["graphs"] > 1  # a graph per block, between FSDP2's hooks
+        assert found["rematerialized"] >= 1  # the budget binds
+        assert all(b > 0 for b in found["fully_sharded"])  # FSDP2's memory in every graph's plan, the loss's too
+        assert found["measured"] <= found["planned"] <= found["budget"]

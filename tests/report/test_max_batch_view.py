@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from factories import chain
+
 from remat.report import max_batch_figure, max_batch_rows, render_max_batch, strategy_color
+from remat.schedules import format_size
+from remat.solvers import solve
 
 
 def row(strategy: str, batch: int, *, status: str = "succeeded", vs_all: float | None = None,
@@ -55,3 +59,13 @@ def test_the_table_marks_the_largest_batch_and_the_batches_tried():
     assert rows[1].vs_checkpoint_all == "1.80x" and rows[1].vs_best_baseline == "-"
     html = render_max_batch(doc([row("checkpoint-all", 100, vs_all=1.0)]), poll=None)
     assert 'href="/dashboard/jobs/job-checkpoint-all"' in html and "one extra forward pass" in html
+
+
+def test_the_plan_to_use_shows_the_chosen_results_numbers_whole_or_summarized():
+    result = solve(chain(8), budget_ratio=0.8, strategy="chen-greedy").document()
+    for form in (result.to_json(), result.to_json(summary=True)):
+        chosen = {"strategy": "chen-greedy", "batch": 100, "job_id": "job-chen-greedy", "result": form}
+        html = render_max_batch({**doc([row("chen-greedy", 100, vs_all=1.0)]), "chosen": chosen}, poll=None)
+        assert f'<span class="badge {result.status.value}">{result.status.value}</span>' in html
+        assert f"{result.overhead:.4f} &times; base cost" in html
+        assert f"{format_size(result.peak_memory)} of {format_size(result.budget)}" in html

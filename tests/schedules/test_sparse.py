@@ -123,3 +123,16 @@ def test_a_schedule_made_from_entries_reads_back_its_matrices_and_pickles():
     read = Schedule.from_json(g, schedule.to_json(g))
     assert read.has_entries and plan_from_schedule(g, read) == plan_from_schedule(g, dense)
 
+
+
+@settings(max_examples=200, deadline=None)
+@given(graph_and_runs())
+def test_the_recomputations_of_entries_are_r_and_not_s_off_the_diagonal(case):
+    g, node, start, end = case
+    entries = ScheduleEntries.retaining(g, node, start, end)
+    R, S = entries.matrices()
+    extra = R & ~S
+    np.fill_diagonal(extra, False)
+    v, t = entries.recomputations()
+    stage, node = np.nonzero(extra)
+    assert sorted(zip(t.tolist(), v.tolist(), strict=True)) == list(zip(stage.tolist(), node.tolist(), strict=True))

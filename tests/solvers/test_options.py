@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from factories import chain
+from option_values import OPTION_IDS, OPTIONS, bad_values, good_values
 
 from remat.schedules import InvalidRequest
-from remat.solvers import STRATEGIES, Option, OptionKind, Strategy, solve
+from remat.solvers import STRATEGIES, Option, Strategy, solve
 from remat.solvers.checkmate import PATHS
-
-OPTIONS = [(s, name, option) for s in STRATEGIES.values() for name, option in s.options.items()]
-
-
-def _good(option: Option) -> list[Any]:
-    """Values ``option`` accepts, its bounds included."""
-    if option.kind is OptionKind.FLAG:
-        return [True, False]
-    if option.kind is OptionKind.CHOICE:
-        return list(option.choices)
-    return [option.least, option.least + 1, *([option.most] if option.most is not None else [])]
-
-
-def _bad(option: Option) -> list[Any]:
-    """Values ``option`` refuses: of another kind, out of its range, or not among its choices."""
-    if option.kind is OptionKind.FLAG:
-        return ["yes", 1, 0.0, "true"]
-    if option.kind is OptionKind.CHOICE:
-        return ["bogus", 1, True, option.choices[0].upper()]
-    return [option.least - 1, 1.5, True, "3", *([option.most + 1] if option.most is not None else [])]
 
 
 def test_the_strategies_that_take_options_declare_them() -> None:
@@ -44,12 +24,12 @@ def test_the_strategies_that_take_options_declare_them() -> None:
     assert STRATEGIES["checkmate"].options["path"].choices == tuple(PATHS)
 
 
-@pytest.mark.parametrize("strategy, name, option", OPTIONS, ids=[f"{s.name}.{n}" for s, n, _ in OPTIONS])
+@pytest.mark.parametrize("strategy, name, option", OPTIONS, ids=OPTION_IDS)
 def test_every_option_accepts_its_values_and_refuses_others_naming_what_it_accepts(
         strategy: Strategy, name: str, option: Option) -> None:
-    for value in _good(option):
+    for value in good_values(option):
         strategy.check_options({name: value})
-    for value in _bad(option):
+    for value in bad_values(option):
         with pytest.raises(InvalidRequest) as e:
             strategy.check_options({name: value})
         message = str(e.value)
@@ -57,7 +37,7 @@ def test_every_option_accepts_its_values_and_refuses_others_naming_what_it_accep
         assert e.value.field == "options"
 
 
-@pytest.mark.parametrize("strategy, name, option", OPTIONS, ids=[f"{s.name}.{n}" for s, n, _ in OPTIONS])
+@pytest.mark.parametrize("strategy, name, option", OPTIONS, ids=OPTION_IDS)
 def test_solve_refuses_a_bad_value_before_the_strategy_runs(strategy: Strategy, name: str, option: Option,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     def never(*args: object) -> None:
@@ -65,7 +45,7 @@ def test_solve_refuses_a_bad_value_before_the_strategy_runs(strategy: Strategy, 
 
     monkeypatch.setitem(STRATEGIES, strategy.name, replace(strategy, run=never))
     with pytest.raises(InvalidRequest, match=f"Option {name!r} of {strategy.name} must be"):
-        solve(chain(3), budget_ratio=1.0, strategy=strategy.name, options={name: _bad(option)[0]})
+        solve(chain(3), budget_ratio=1.0, strategy=strategy.name, options={name: bad_values(option)[0]})
 
 
 def test_a_long_value_is_shown_cut_to_100_characters() -> None:

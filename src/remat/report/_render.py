@@ -18,7 +18,7 @@ from jinja2.runtime import Context
 from markupsafe import Markup
 
 from remat.schedules import format_size
-from remat.solvers import ResultDocument
+from remat.solvers import RESULT_BULK, ResultDocument
 
 from ._assets import ASSETS
 from ._job_view import PlanStats
@@ -125,7 +125,16 @@ def render_job(job: Mapping[str, Any], result: ResultDocument | None, *, figures
 def _max_batch_fragments(doc: Mapping[str, Any]) -> dict[str, str]:
     return {"max-batch-progress": _render("_max_batch_progress.html", doc=doc),
             "max-batch-table": _render("_max_batch_table.html", rows=max_batch_rows(doc)),
-            "max-batch-chosen": _render("_max_batch_chosen.html", doc=doc)}
+            "max-batch-chosen": _render("_max_batch_chosen.html", doc=doc, result=_chosen_result(doc))}
+
+
+def _chosen_result(doc: Mapping[str, Any]) -> ResultDocument | None:
+    """The chosen plan's result in a remat.max-batch/v1 document, whole or summarized; None before one is chosen."""
+    chosen = doc["chosen"]
+    result = None if chosen is None else chosen["result"]
+    if result is None:
+        return None
+    return ResultDocument.from_json(result, summary=not set(RESULT_BULK) <= result.keys())
 
 
 def max_batch_update(doc: Mapping[str, Any], *, poll: str | None) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import numpy as np
 from ._errors import InvalidSchedule
 from ._graph import Graph
 from ._plan import Op, Plan
-from ._sparse import Runs, closure_computes, merged_runs, peak_and_cost_of_entries, plan_of_entries, run_stage
+from ._sparse import Runs, _Held, closure_computes, merged_runs, peak_and_cost_of_entries, plan_of_entries, run_stage
 
 __all__ = [
     "Schedule",
@@ -177,6 +177,14 @@ class ScheduleEntries:
             run_end[open_runs[v].pop(0)] = t
         return cls(stages, np.asarray(stage, dtype=np.int64), np.asarray(node, dtype=np.int64), run_node,
                    run_start, run_end)
+
+    def recomputations(self) -> tuple[np.ndarray, np.ndarray]:
+        """(node, stage) of each compute in a stage other than the node's own of a value S does not hold
+        there (``R & ~S`` off the diagonal), in time proportional to the entries."""
+        other = self.compute_stage != self.compute_node
+        node, stage = self.compute_node[other], self.compute_stage[other]
+        fresh = ~_Held(self.runs, self.stages)(node, stage)
+        return node[fresh], stage[fresh]
 
     def matrices(self) -> tuple[np.ndarray, np.ndarray]:
         """The R and S matrices (stages x nodes booleans)."""

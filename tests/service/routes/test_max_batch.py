@@ -104,6 +104,7 @@ def test_a_cost_cap_gives_a_smaller_batch(client: TestClient):
     ({"time_limit_s": 10**6}, 422, "this server allows at most"),
     ({"backend": "nope", "strategies": ["checkmate"]}, 422, "nope"),
     ({"extra": 1}, 422, "extra"),
+    ({"options": {"snapshots": -1}, "strategies": ["griewank"]}, 422, "options"),
     ({"transfer": {"bandwidth": 1e6}}, 422, "plans without copies to host memory"),
     ({"host_budget": 10}, 422, "plans without copies to host memory"),
 ])

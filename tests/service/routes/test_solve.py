@@ -7,9 +7,10 @@ import json
 import pytest
 from factories import benchmark_graph, chain, graph_doc
 from fastapi.testclient import TestClient
+from option_values import OPTION_IDS, OPTIONS, bad_values
 
 from remat.schedules import Graph, Plan, simulate
-from remat.solvers import solve
+from remat.solvers import Option, Strategy, solve
 
 
 def _request(graph: Graph | dict, **extra) -> dict:
@@ -85,6 +86,17 @@ def test_an_unknown_option_is_a_422_naming_it(client: TestClient):
     r = client.post("/v1/solve", json=_request(chain(3), strategy="checkmate", options={"path": "milp", "rouns": 2}))
     assert r.status_code == 422 and r.json()["field"] == "options"
     assert "'rouns'" in r.json()["detail"] and "path, warm_start" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("strategy, name, option", OPTIONS, ids=OPTION_IDS)
+def test_every_bad_option_value_is_a_422_naming_what_it_accepts_and_queues_nothing(
+        client: TestClient, strategy: Strategy, name: str, option: Option):
+    for value in bad_values(option):
+        r = client.post("/v1/solve", json=_request(chain(3), strategy=strategy.name, options={name: value}))
+        assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", (value, r.text)
+        assert r.json()["field"] == "options"
+        assert r.json()["detail"] == f"Option {name!r} of {strategy.name} must be {option.accepts}, got {value!r}."
+    assert client.get("/v1/jobs").json()["jobs"] == []
 
 
 def _nodes(changes: dict | None = None) -> list[dict]:

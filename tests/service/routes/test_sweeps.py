@@ -64,6 +64,14 @@ def test_a_sweep_over_the_point_limit_is_refused(client: TestClient):
     assert r.status_code == 422 and "up to 800 points" in r.json()["detail"]
 
 
+def test_a_sweep_takes_no_strategy_options_and_refuses_them_before_queueing(client: TestClient):
+    body = {"graph": chain(4).to_json(), "strategies": ["griewank"], "options": {"snapshots": -1}}
+    r = client.post("/v1/sweeps", json=body)
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
+    assert r.json()["field"] == "options"
+    assert client.get("/v1/sweeps").json()["count"] == 0 and client.get("/v1/jobs").json()["jobs"] == []
+
+
 def test_unknown_sweep_is_404(client: TestClient):
     assert client.get("/v1/sweeps/nope").status_code == 404
 

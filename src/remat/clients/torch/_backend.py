@@ -37,8 +37,9 @@ from ._capture import DryRun
 from ._costs import node_costs
 from ._data_parallel import data_parallel_bucket_bytes
 from ._errors import CaptureError, PlanRejected, through_torch_compile
+from ._fully_sharded import fully_sharded_bytes, resharded_bytes
 from ._inductor_order import INDUCTOR_CONFIG
-from ._joint import InputKind, JointGraph, describe
+from ._joint import ENGINE, InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower, split_point
 from ._modes import under_modes_set_aside
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
@@ -118,8 +119,10 @@ class RematBackend:
         self.whole_steps = whole_steps
         """Whether each frame compiled is a whole step (rematerialize()'s, compiled with fullgraph=True, one for
         steps that accumulate gradients and one for the others): its graph has the budget to itself."""
-        self._held: dict[int, int] = {}
-        """Bytes each planned frame holds while later graphs of the step run, by TorchDynamo frame."""
+        self._held: dict[tuple[int, frozenset[int]], int] = {}
+        """Bytes each planned graph holds while later graphs of the step run, by TorchDynamo frame and parameters: a
+        frame compiled again for the same parameters (a new shape) replaces its graph; one compiled for others (each
+        block of a model FSDP2 shards runs the same code) is another graph of the step."""
         self._inherited: dict[tuple[str, int], PlannedGraph] = {}
         """The plans of ``planned`` made before this backend was copied, by graph hash and budget (see
         :meth:`__setstate__`), until the copy compiles that graph again."""
@@ -145,7 +148,7 @@ class RematBackend:
 
     def _compile_graph(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         dropped = drop_outputs(gm, self.backward_from)
-        partition = _Partition(self, example_inputs, _frame_id(), drop_outputs=dropped is not None)
+        partition = _Partition(self, example_inputs, _graph_key(example_inputs), drop_outputs=dropped is not None)
         try:
             compiled = self._compile(gm, example_inputs, partition)
         finally:
@@ -196,8 +199,10 @@ class RematBackend:
         run._boxed_call = boxed  # type: ignore[attr-defined]
         return run
 
-    def plan(self, joint: JointGraph, graph: Graph, frame: int) -> tuple[fx.GraphModule, fx.GraphModule]:
-        """Plan ``graph`` (the joint graph's export) within the budget and lower the plan."""
+    def plan(self, joint: JointGraph, graph: Graph, frame: tuple[int, frozenset[int]], *,
+             resharded: int = 0) -> tuple[fx.GraphModule, fx.GraphModule]:
+        """Plan ``graph`` (the joint graph's export) within the budget and lower the plan; ``resharded`` are the bytes
+        of its parameters that FSDP2 frees when its forward ends and gathers again for its backward."""
         assert self.budget is not None and self.planner is not None
         held = 0 if self.whole_steps else sum(b for f, b in self._held.items() if f != frame)
         asked = self.budget.bytes_for(graph, joint, held_elsewhere=held)
@@ -216,8 +221,8 @@ class RematBackend:
                                f"compiler={self.compiler!r}.")
         if self.compiler == "inductor":
             result, plan, simulation = _random_ops_once(graph, joint, solved, plan, simulation, budget)
-        # every graph of the step counts the buckets of a DDP that runs it: they are held once
-        self._held[frame] = _at_split(joint, graph, plan, simulation) - joint.fixed["data_parallel_buckets"]
+        # every graph of the step counts what the engine that runs it holds (DDP's buckets, FSDP2's): held once
+        self._held[frame] = _at_split(joint, graph, plan, simulation) - sum(joint.fixed[k] for k in ENGINE) - resharded
         self._record(PlannedGraph(joint, graph, result, plan, simulation, budget, source, asked), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
 
@@ -312,15 +317,14 @@ def _at_split(joint: JointGraph, graph: Graph, plan: Plan, simulation: Simulatio
 def _micro_batch_bytes(joint: JointGraph, graph: Graph, plan: Plan, simulation: Simulation) -> int:
     """Bytes one micro-batch holds between its forward and its backward: what the step holds when its backward
     starts, less what every micro-batch shares (state, gradients, DDP's buckets, the backward's own tangents)."""
-    shared = sum(joint.fixed[k] for k in ("parameters", "buffers", "constants", "gradients", "data_parallel_buckets",
-                                          "tangents"))
+    shared = sum(joint.fixed[k] for k in ("parameters", "buffers", "constants", "gradients", "tangents", *ENGINE))
     return _at_split(joint, graph, plan, simulation) - shared
 
 
 class _Partition:
     """AOTAutograd's ``partition_fn`` for one graph of the backend."""
 
-    def __init__(self, backend: RematBackend, example_inputs: Sequence[Any], frame: int, *,
+    def __init__(self, backend: RematBackend, example_inputs: Sequence[Any], frame: tuple[int, frozenset[int]], *,
                  drop_outputs: bool) -> None:
         self.backend = backend
         self.args: Sequence[Any] | None = list(example_inputs)
@@ -344,14 +348,14 @@ class _Partition:
         self.accumulating = _accumulating(args, kinds)
         joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
                          drop_outputs=self.drop_outputs, accumulating=self.accumulating,
-                         buckets=data_parallel_bucket_bytes())
+                         engine=_engine_memory(args, kinds))
         with unset_fake_temporarily():
             joint = with_workspaces(joint, kernel_workspaces(joint))
             graph = self.backend.costed(joint, args)
         if self.backend.planner is None:
             self.backend.captured.append((joint, graph))
             raise DryRun()
-        return self.backend.plan(joint, graph, self.frame)
+        return self.backend.plan(joint, graph, self.frame, resharded=resharded_bytes(_parameters(args, kinds)))
 
 
 def _inductor_partitioner(partition: _Partition) -> Any:
@@ -412,10 +416,23 @@ def _accumulating(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> boo
                                     for a, k in zip(args, kinds, strict=True))
 
 
-def _frame_id() -> int:
-    """The TorchDynamo frame being compiled (graphs of one frame replace each other; other frames add up)."""
+def _graph_key(example_inputs: Sequence[Any]) -> tuple[int, frozenset[int]]:
+    """The TorchDynamo frame being compiled and the parameters it takes: graphs of one key replace each other (a
+    recompilation); other keys add up."""
     compile_id = torch._guards.CompileContext.current_compile_id()
-    return compile_id.frame_id if compile_id is not None and compile_id.frame_id is not None else 0
+    frame = compile_id.frame_id if compile_id is not None and compile_id.frame_id is not None else 0
+    return frame, frozenset(id(a) for a in example_inputs if isinstance(a, nn.Parameter))
+
+
+def _engine_memory(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> dict[str, int]:
+    """What the distributed engine running the graph holds beside it, by ENGINE category."""
+    return {"data_parallel_buckets": data_parallel_bucket_bytes(),
+            "fully_sharded": fully_sharded_bytes(_parameters(args, kinds))}
+
+
+def _parameters(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> list[torch.Tensor]:
+    """The graph's parameters among its inputs (none known when AOTAutograd merged its inputs)."""
+    return [a for a, k in zip(args or [], kinds, strict=False) if k == "parameter"]
 
 
 def _ones_for(joint: JointGraph) -> list[torch.Tensor]:

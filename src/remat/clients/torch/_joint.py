@@ -16,7 +16,8 @@ What stays resident through the step is fixed memory, not a node: parameters, bu
 tensor constants; the step's outputs and their gradients (tangents), held from the forward to the
 end of the backward; saved random states and copies of inputs the step updates in place; and,
 when the step adds into gradients the parameters already hold (gradient accumulation), those; and
-the gradient buckets of a DistributedDataParallel that runs the step (:mod:`._data_parallel`).
+what the distributed engine that runs the step holds beside it: DDP's gradient buckets
+(:mod:`._data_parallel`), FSDP2's shards and gathered parameters (:mod:`._fully_sharded`).
 A producer of a value the step returns holds nothing more (its node has no memory, and a plan that
 computes it again reuses the first value); a producer that returns such a value besides others
 (batch norm's new running statistics) counts all its outputs, since computing it again allocates
@@ -70,11 +71,15 @@ losses), where the trace's fake tensor has the scalar's bytes alone."""
 InputKind = Literal["parameter", "buffer", "input"]
 """What a primal input of the joint graph is: a parameter, a buffer (module state) or a step input."""
 
-RESIDENT = ("parameters", "buffers", "inputs", "constants", "gradients", "data_parallel_buckets")
+ENGINE = ("data_parallel_buckets", "fully_sharded")
+"""The parts of fixed memory the distributed engine that runs the step holds beside it: a DistributedDataParallel's
+gradient buckets (:mod:`._data_parallel`), FSDP2's shards and the parameters and buffers it gathers or reduces
+(:mod:`._fully_sharded`). A step split into several graphs holds them once."""
+
+RESIDENT = ("parameters", "buffers", "inputs", "constants", "gradients", *ENGINE)
 """The parts of fixed memory a step holds whether or not it rematerializes: its state, its inputs, the
-gradients the parameters already hold (when the step accumulates into them) and a DistributedDataParallel's
-gradient buckets. The rest of a step's
-peak is its activation memory, the new gradients included."""
+gradients the parameters already hold (when the step accumulates into them) and what the distributed engine
+holds beside it (ENGINE). The rest of a step's peak is its activation memory, the new gradients included."""
 
 
 @dataclass(frozen=True)
@@ -181,15 +186,16 @@ class JointGraph:
 
 
 def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Sequence[InputKind], name: str,
-             drop_outputs: bool = False, accumulating: bool = False, buckets: int = 0) -> JointGraph:
+             drop_outputs: bool = False, accumulating: bool = False,
+             engine: Mapping[str, int] | None = None) -> JointGraph:
     """The producer view of AOTAutograd's joint graph ``gm``.
 
     ``input_kinds`` says what each primal (non-tangent) placeholder is, in order. With
     ``drop_outputs``, the step's outputs without gradient are held until the end of the forward only
     (the caller drops them before the backward); else every output is held to the end of the step.
     With ``accumulating``, the parameters already hold gradients that the step adds into: they are
-    fixed memory (the new gradients are nodes either way). ``buckets`` are the bytes of the gradient buckets
-    of a DistributedDataParallel that runs the step, fixed memory too. Raises CaptureError for graphs remat cannot
+    fixed memory (the new gradients are nodes either way). ``engine`` is what the distributed engine that runs
+    the step holds beside it, by ENGINE category, fixed memory too. Raises CaptureError for graphs remat cannot
     plan (symbolic shapes, values of unknown size).
     """
     graph = gm.graph
@@ -275,7 +281,7 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
     rng_states = {n.name: _rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n)}
     fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned,
                           sum(gradients.values()) if accumulating else 0, sum(rng_states.values()), mutated_inputs,
-                          buckets)
+                          engine or {})
     return JointGraph(
         module=gm,
         name=name,
@@ -489,7 +495,7 @@ def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Nod
 
 def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], constants: Sequence[fx.Node],
                   tangents: Sequence[fx.Node], pinned: Mapping[StorageWeakRef, int], gradients: int,
-                  rng_states: int, mutated: Sequence[fx.Node], buckets: int) -> dict[str, int]:
+                  rng_states: int, mutated: Sequence[fx.Node], engine: Mapping[str, int]) -> dict[str, int]:
     """Resident bytes by category; each storage counted once (tied weights share one).
 
     ``gradients`` are those the parameters hold before the step (0 unless it accumulates into them),
@@ -522,7 +528,7 @@ def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], consta
         "outputs": sum(pinned.values()),
         "rng_states": rng_states,
         "mutated_copies": sum(b for n in mutated for _, b in _storages(n.meta.get("val"))),
-        "data_parallel_buckets": buckets,
+        **{k: engine.get(k, 0) for k in ENGINE},
         "small_workspaces": 0,
     }
 

@@ -3,7 +3,8 @@
 On the CPU, :class:`LiveBytes` counts the bytes of every storage created while it is active and
 reads the total right after each op, the simulator's rule, so a plan's simulated peak can be
 checked to the byte; buffers that Inductor-compiled code allocates are counted too (their
-allocator is routed through the dispatcher while the mode is active). Host copies of offloaded
+allocator is routed through the dispatcher while the mode is active), and so are storages resized in place
+(``UntypedStorage.resize_``, which FSDP2 uses to gather parameters and free them). Host copies of offloaded
 values, made under :func:`host_memory`, are counted apart: on the CPU the device is the host, and
 the ruler still tells the two memories apart. On CUDA, the allocator's peak is used (it adds
 rounding and workspaces). :func:`allocation_peaks` and :func:`allocator_peak` read the allocator on
@@ -16,6 +17,7 @@ time on the CPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import threading
 import time
@@ -55,7 +57,9 @@ class _Allocation:
 class LiveBytes(TorchDispatchMode):
     """Bytes of the storages created under the mode that are still alive, and their peak after each op.
 
-    Storages that exist before the mode starts (parameters, inputs) are not counted. Run one
+    Storages that exist before the mode starts (parameters, inputs) are not counted, but what they grow or
+    shrink by when resized in place is (FSDP2 gathers a block's parameters into storages it resized to nothing
+    after the block last ran). Run one
     warm-up step outside the mode first: tracing and compilation create storages of their own.
     Host copies (made under :func:`host_memory`) are counted in ``host_current`` and ``host_peak``
     instead, so ``current``, ``peak`` and ``timeline`` are device memory even on the CPU.
@@ -87,11 +91,14 @@ class LiveBytes(TorchDispatchMode):
     def __enter__(self) -> LiveBytes:
         self._inductor = _InductorBuffers()
         self._inductor.__enter__()
+        self._resizes = _Resizes(self._resized)
+        self._resizes.__enter__()
         super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        self._resizes.__exit__(*exc)
         self._inductor.__exit__(*exc)
 
     @classmethod
@@ -119,6 +126,21 @@ class LiveBytes(TorchDispatchMode):
         self._live[key] = record
         self._count(record, +1)
         self._refs.append(weakref.ref(storage, self._on_death(key)))
+
+    def _resized(self, storage: torch.UntypedStorage, before: int) -> None:
+        """Count what a storage resized in place from ``before`` bytes grew or shrank by (one made before the mode
+        counts from nothing, as if made empty when the mode started)."""
+        key = storage._cdata
+        record = self._live.get(key)
+        if record is None:
+            record = _Allocation(0, host=getattr(_making, "host", False))
+            self._refs.append(weakref.ref(storage, self._on_death(key)))
+        resized = dataclasses.replace(record, nbytes=record.nbytes + storage.nbytes() - before)
+        self._count(record, -1)
+        self._count(resized, +1)
+        self._live[key] = resized
+        self.timeline.append(self.current)
+        self.peak = max(self.peak, self.current)
 
     def _on_death(self, key: int) -> Callable[[Any], None]:
         """The weakref callback for the storage at ``key``: it leaves the count when it dies."""
@@ -153,6 +175,33 @@ class _InductorBuffers:
     def __exit__(self, *exc: Any) -> None:
         for m, original in self._patched:
             m.empty_strided_cpu = original
+
+
+class _Resizes:
+    """While active, every ``UntypedStorage.resize_`` (which the dispatcher does not see) is reported to ``report``
+    with the storage and its bytes before."""
+
+    def __init__(self, report: Callable[[torch.UntypedStorage, int], None]) -> None:
+        self._report = report
+
+    def __enter__(self) -> None:
+        self._patched = torch.UntypedStorage.__dict__.get("resize_")  # another count's, when nested
+        resize = torch.UntypedStorage.resize_
+        report = self._report
+
+        def resize_and_report(storage: torch.UntypedStorage, size: int) -> Any:
+            before = storage.nbytes()
+            out = resize(storage, size)
+            report(storage, before)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_and_report  # type: ignore[method-assign,assignment]
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._patched is None:
+            del torch.UntypedStorage.resize_  # the inherited method again
+        else:
+            torch.UntypedStorage.resize_ = self._patched  # type: ignore[method-assign]
 
 
 def _empty_strided_cpu(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:

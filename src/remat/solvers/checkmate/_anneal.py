@@ -34,7 +34,7 @@ from .._children import ChildFailed, spawn
 from .._context import Outcome, SolveContext, Throttle
 from .._supervise import GRACE_S, StopThenKill
 from .._warm import WarmStart
-from ..search import Annealer, Timeline, timeline_from_schedule
+from ..search import Annealer, Timeline, composed_start, timeline_from_schedule
 from ._anneal_worker import (
     BaselineFound,
     BestCost,
@@ -65,12 +65,16 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
             helper.tell(pool.cost)
         return pool.tend(annealer)
 
-    def on_best(cost: float, extras: list[tuple[int, int]]) -> None:
+    def on_best(cost: float, extras: list[tuple[int, int]], source: str = "anneal") -> None:
         ctx.report_chain(cost)
-        pool.offer(cost, extras, "anneal")
+        pool.offer(cost, extras, source)
 
     try:
         annealer = Annealer(graph, budget, seed=0)
+        reused = composed_start(graph, budget, ctx, annealer,
+                                lambda cost, extras: on_best(cost, extras, "repeated blocks"))
+        if reused is not None:
+            pool.note(reused)
         annealer.run(ctx, on_best=on_best, every=tend, on_leanest=ctx.report_leanest)
     finally:
         for helper in helpers:

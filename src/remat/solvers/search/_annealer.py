@@ -102,9 +102,9 @@ def timeline_from_schedule(graph: Graph, schedule: Schedule) -> Timeline:
     Its cost is the schedule's simulated cost and its peak is at most the schedule's, since each
     copy is then kept only until its last read.
     """
-    extra = schedule.R & ~schedule.S
-    np.fill_diagonal(extra, False)
-    return Timeline.with_extras(graph, [(int(v), int(t)) for t, v in zip(*np.nonzero(extra), strict=True)])
+    node, stage = schedule.entries.recomputations()
+    order = np.lexsort((node, stage))
+    return Timeline.with_extras(graph, zip(node[order].tolist(), stage[order].tolist(), strict=True))
 
 
 def anneal(graph: Graph, budget: int, ctx: SolveContext, start: Schedule | None = None, *,

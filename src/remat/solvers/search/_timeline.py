@@ -23,7 +23,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from remat.schedules import Graph, Schedule
+from remat.schedules import Graph, Schedule, ScheduleEntries
+from remat.schedules._sparse import merged_runs
 
 __all__ = ["Timeline"]
 
@@ -128,15 +129,17 @@ class Timeline:
         return k >= 0 and self.ends[v][k] >= key
 
     def schedule(self) -> Schedule:
-        """The (R, S) pair: R from the computations, S holding each copy until its last read."""
+        """The (R, S) pair as its entries: R from the computations, S holding each copy until its last read.
+
+        Time and memory in proportion to the computations, not to stages x nodes.
+        """
         n = self.n
-        R = np.zeros((n, n), dtype=bool)
-        S = np.zeros((n, n), dtype=bool)
-        for v, (stages, ends) in enumerate(zip(self.stages, self.ends, strict=True)):
-            R[stages, v] = True
-            for t, end in zip(stages, ends, strict=True):
-                S[t + 1:end // n + 1, v] = True
-        return Schedule(R, S)
+        node = np.array([v for v, stages in enumerate(self.stages) for _ in stages], dtype=np.int64)
+        stage = np.array([t for stages in self.stages for t in stages], dtype=np.int64)
+        end = np.array([e // n + 1 for ends in self.ends for e in ends], dtype=np.int64)
+        order = np.lexsort((node, stage))
+        runs = merged_runs(node, stage + 1, end)
+        return Schedule.of_entries(ScheduleEntries(n, stage[order], node[order], *runs))
 
     # -- editing ----------------------------------------------------------------------------------
 
