@@ -181,13 +181,7 @@ class _Table:
 def _run(name: str, m: nn.Module, model: Model, device: torch.device, steps: int,
          wrap: Callable[[nn.Module], nn.Module] | None = None, plan: int | None = None, note: str = "") -> Row:
     """Two warm-up steps, one measured for its peak, ``steps`` timed with CUDA events."""
-    stepper = wrap(m) if wrap is not None else m
-
-    def step() -> None:
-        m.zero_grad(set_to_none=True)
-        with tracing():
-            model.loss(stepper).backward()
-
+    step = functools.partial(_step, model, m, wrap(m) if wrap is not None else m)
     for _ in range(2):
         step()
     m.zero_grad(set_to_none=True)
@@ -198,6 +192,13 @@ def _run(name: str, m: nn.Module, model: Model, device: torch.device, steps: int
     peak = _peak(step, device) - before
     times = [_timed(step, device) for _ in range(steps)]
     return Row(name, peak, times, plan, note)
+
+
+def _step(model: Model, m: nn.Module, stepper: nn.Module) -> None:
+    """One training step of ``m`` called through ``stepper`` (itself, compiled or planned)."""
+    m.zero_grad(set_to_none=True)
+    with tracing():
+        model.loss(stepper).backward()
 
 
 def _remat(name: str, base: nn.Module, model: Model, device: torch.device, steps: int, **options: Any) -> Row:
@@ -263,13 +264,7 @@ def _profile(model: Model, device: torch.device, steps: int = 3) -> None:
     print(f"\n### {model.name}: kernels per step over {steps} profiled steps\n")
     print("| variant | step time (ms) | kernels per step | kernel time per step (ms) |\n|---|---|---|---|")
     for name, stepper in steppers.items():
-        net = nets[name]
-
-        def step() -> None:
-            net.zero_grad(set_to_none=True)
-            with tracing():
-                model.loss(stepper).backward()
-
+        step = functools.partial(_step, model, nets[name], stepper)
         for _ in range(2):
             step()
         times = [_timed(step, device) for _ in range(steps)]
