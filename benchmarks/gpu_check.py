@@ -19,6 +19,12 @@ benchmarks/README.md (replacing the previous run's), with the card and the date.
 
     python benchmarks/gpu_check.py                         # on the CUDA device (under 8 minutes)
     python benchmarks/gpu_check.py --device cpu --small    # the same checks on the CPU, small models
+    python benchmarks/gpu_check.py --profile               # GPT-2's kernels: eager against a planned graph
+
+``--profile`` runs only GPT-2: a few steps of eager, of ``torch.compile(backend="aot_eager")`` (the traced
+graph run op for op, the fair reference for a planned one) and of remat with eager kernels and a plan that
+recomputes nothing, each under torch.profiler, and prints their step times, kernels per step and the top
+20 kernels (on the CPU, aten ops) with their counts and times side by side (under a minute on a GPU).
 """
 
 from __future__ import annotations
@@ -69,13 +75,17 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--small", action="store_true", help="small models (for a run on the CPU)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per variant")
+    parser.add_argument("--profile", action="store_true", help="GPT-2's kernels: eager, aot_eager and a plan")
     args = parser.parse_args()
     device = torch.device(args.device)
     started = time.perf_counter()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{where}; torch {torch.__version__}, CUDA {torch.version.cuda}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
-    for model in (_gpt2(device, args.small), _unet(device, args.small)):
-        _check(model, device, args.steps)
+    if args.profile:
+        _profile(_gpt2(device, args.small), device)
+    else:
+        for model in (_gpt2(device, args.small), _unet(device, args.small)):
+            _check(model, device, args.steps)
     print(f"\nWall time {time.perf_counter() - started:.0f} s.")
 
 
@@ -171,13 +181,7 @@ class _Table:
 def _run(name: str, m: nn.Module, model: Model, device: torch.device, steps: int,
          wrap: Callable[[nn.Module], nn.Module] | None = None, plan: int | None = None, note: str = "") -> Row:
     """Two warm-up steps, one measured for its peak, ``steps`` timed with CUDA events."""
-    stepper = wrap(m) if wrap is not None else m
-
-    def step() -> None:
-        m.zero_grad(set_to_none=True)
-        with tracing():
-            model.loss(stepper).backward()
-
+    step = functools.partial(_step, model, m, wrap(m) if wrap is not None else m)
     for _ in range(2):
         step()
     m.zero_grad(set_to_none=True)
@@ -188,6 +192,13 @@ def _run(name: str, m: nn.Module, model: Model, device: torch.device, steps: int
     peak = _peak(step, device) - before
     times = [_timed(step, device) for _ in range(steps)]
     return Row(name, peak, times, plan, note)
+
+
+def _step(model: Model, m: nn.Module, stepper: nn.Module) -> None:
+    """One training step of ``m`` called through ``stepper`` (itself, compiled or planned)."""
+    m.zero_grad(set_to_none=True)
+    with tracing():
+        model.loss(stepper).backward()
 
 
 def _remat(name: str, base: nn.Module, model: Model, device: torch.device, steps: int, **options: Any) -> Row:
@@ -231,6 +242,50 @@ def _offloaded(base: nn.Module, model: Model, device: torch.device, steps: int, 
             f"{format_size(planned.simulation.host_peak_memory)} on the host, "
             f"{planned.result.overhead:.3f}x the step's time (simulated)")
     return _run(name, m, model, device, steps, wrap=lambda _: rm, plan=plan, note=note)
+
+
+def _profile(model: Model, device: torch.device, steps: int = 3) -> None:
+    """Each variant's kernels (on the CPU, aten ops) over ``steps`` profiled steps, side by side: the 20 that take the
+    most time in any variant, with their launches per step and milliseconds per step."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    base = model.make()
+    nets = {name: copy.deepcopy(base) for name in ("eager", "aot_eager", "remat, nothing recomputed")}
+    steppers = {"eager": nets["eager"], "aot_eager": torch.compile(nets["aot_eager"], backend="aot_eager",
+                                                                    fullgraph=True),
+                "remat, nothing recomputed": rematerialize(nets["remat, nothing recomputed"], model.inputs,
+                                                           activation_budget=1.0, strategy="checkpoint-all",
+                                                           cache=False, progress=False)}
+    kind = DeviceType.CUDA if device.type == "cuda" else DeviceType.CPU
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    per_kernel: dict[str, dict[str, tuple[int, float]]] = {}
+    print(f"\n### {model.name}: kernels per step over {steps} profiled steps\n")
+    print("| variant | step time (ms) | kernels per step | kernel time per step (ms) |\n|---|---|---|---|")
+    for name, stepper in steppers.items():
+        step = functools.partial(_step, model, nets[name], stepper)
+        for _ in range(2):
+            step()
+        times = [_timed(step, device) for _ in range(steps)]
+        with profile(activities=activities) as prof:
+            for _ in range(steps):
+                step()
+            _sync(device)
+        kernels = {e.key: (e.count, e.self_device_time_total if kind == DeviceType.CUDA else e.self_cpu_time_total)
+                   for e in prof.key_averages() if e.device_type == kind and (kind == DeviceType.CUDA
+                                                                               or e.key.startswith("aten::"))}
+        per_kernel[name] = kernels
+        print(f"| {name} | {1e3 * statistics.median(times):.1f} | {sum(c for c, _ in kernels.values()) / steps:.0f} "
+              f"| {sum(t for _, t in kernels.values()) / steps / 1e3:.1f} |")
+    top = sorted({k for kernels in per_kernel.values() for k in kernels},
+                 key=lambda k: -max(kernels.get(k, (0, 0.0))[1] for kernels in per_kernel.values()))[:20]
+    print("\n| kernel | " + " | ".join(f"{name}: per step, ms" for name in per_kernel) + " |")
+    print("|---|" + "---|" * len(per_kernel))
+    for k in top:
+        cells = [per_kernel[name].get(k, (0, 0.0)) for name in per_kernel]
+        print(f"| {k[:90]} | " + " | ".join(f"{c / steps:.0f}, {t / steps / 1e3:.2f}" for c, t in cells) + " |")
+    sys.stdout.flush()
 
 
 def _peak(step: Callable[[], None], device: torch.device) -> int:

@@ -318,3 +318,34 @@ def test_a_cuda_value_counts_the_bytes_the_caching_allocator_hands_out():
         on_cpu = torch.empty(513, dtype=torch.uint8)
     assert [_storages(t)[0][1] for t in on_gpu] == [0, 512, 512, 1024, 4096]
     assert _storages(on_cpu)[0][1] == 513
+
+
+class _MaskedAttention(nn.Module):
+    """Attention given its causal mask as a tensor built from constants, as transformers 5.17 builds it traced (or
+    ``future``: a mask that is not causal, which must stay), or from its input (which is no constant)."""
+
+    def __init__(self, mask: str = "causal") -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.mask = mask
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 12, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        keys, queries = torch.arange(12)[None, None, None, :], torch.arange(12)[None, None, :, None]
+        mask = (keys >= queries if self.mask == "future" else keys <= queries).expand(2, -1, 12, 12)
+        if self.mask == "input":
+            mask = mask & (x[:, None, None, :, 0] > -1e9)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).square().mean()
+
+
+@pytest.mark.parametrize("mask", ["causal", "future", "input"])
+def test_a_constant_causal_mask_runs_as_is_causal_with_the_same_gradients(mask):
+    torch.manual_seed(0)
+    model, x = _MaskedAttention(mask), torch.randn(2, 12, 16)
+    joint, _ = capture(model, (x,))
+    compared = {n.target for n in joint.module.graph.nodes if n.op == "call_function"}
+    assert (torch.ops.aten.le.Tensor in compared or torch.ops.aten.ge.Tensor in compared) == (mask != "causal")
+    expected = torch.autograd.grad(model(x), list(model.parameters()))
+    got = torch.autograd.grad(rematerialize(model, (x,), activation_budget=1.0)(x), list(model.parameters()))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)

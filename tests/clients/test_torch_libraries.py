@@ -227,6 +227,24 @@ def test_the_backward_starts_from_the_loss_by_default_and_the_other_outputs_refu
     assert logits_only.fixed["tangents"] == every_output.fixed["tangents"] - 4
 
 
+def test_for_inductor_the_backward_is_given_only_what_it_reads():
+    """Without the plan's frees, a value kept into the backward and freed there unread (the logits and key/value
+    caches, dropped at the end of the forward) would be held by Inductor's backward to its end: it is not passed on."""
+    from remat.clients.torch._lower import lower
+
+    planned = rematerialize(_text_model("gpt2"), _batch(), activation_budget=0.5).plans[0]
+    tangents = set(planned.joint.tangents)
+    for frees in (True, False):
+        fwd, bwd = lower(planned.joint, planned.graph, planned.plan, frees=frees, timing=planned.simulation.timing)
+        saved = [n for n in bwd.graph.find_nodes(op="placeholder") if n.name not in tangents]
+        unread = [n.name for n in saved if not n.users]
+        returned = next(iter(fwd.graph.find_nodes(op="output"))).args[0]
+        assert len(returned) == planned.joint.num_forward_outputs + len(saved)
+        assert not unread if not frees else not any(n.startswith("saved_") for n in unread), unread
+        if frees:  # with them, each value kept into the backward goes where the plan frees it
+            assert any(n.users and all(u.target.__name__ == "release" for u in n.users) for n in saved)
+
+
 def test_inductor_holds_about_what_the_plan_holds():
     """Inductor's kernels run in the plan's order: it no longer hoists the backward's recomputations to its start."""
     unet, (latents, timesteps, text), noise = _unet((77, 64), 8)

@@ -1,6 +1,7 @@
 """remat as a torch.compile backend: AOTAutograd with remat's partitioner.
 
-TorchDynamo captures the model's Python into an FX graph; AOTAutograd traces it into the joint
+TorchDynamo captures the model's Python into an FX graph (whose constant causal masks become
+``is_causal=True``, as eager runs attention: :mod:`._causal`); AOTAutograd traces it into the joint
 forward+backward graph and hands that to a partitioner. remat's partitioner describes the joint
 graph (:mod:`._joint`), costs it (:mod:`._costs`), gets a plan within the budget (:mod:`._planning`)
 and lowers the plan into the forward and backward graphs (:mod:`._lower`), which run op for op
@@ -34,6 +35,7 @@ from remat.schedules import Graph, InvalidRequest, Plan, RematError, Simulation,
 from remat.solvers import FITTING_STATUSES, ResultDocument
 
 from ._capture import DryRun
+from ._causal import causal_masks_as_flags
 from ._costs import node_costs
 from ._data_parallel import data_parallel_bucket_bytes
 from ._errors import CaptureError, PlanRejected, through_torch_compile
@@ -147,6 +149,7 @@ class RematBackend:
             raise through_torch_compile(e, inspect.currentframe()) from e.__cause__
 
     def _compile_graph(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        causal_masks_as_flags(gm)
         dropped = drop_outputs(gm, self.backward_from)
         partition = _Partition(self, example_inputs, _graph_key(example_inputs), drop_outputs=dropped is not None)
         try:

@@ -5,7 +5,8 @@ forward saves for the backward. Every ``compute`` becomes a fresh copy of the jo
 (so a value computed three times has three instances), reading the live instance of each input;
 views and ``getitem`` s are re-created right before each use, so they never outlive their reader;
 every ``free`` becomes a call to :func:`release` after which FX's code generator drops the
-instance. A random op computed more than once saves the generator state at its first compute and
+instance (without the frees, for a compiler that places its own, a value the backward never reads is
+not passed to it). A random op computed more than once saves the generator state at its first compute and
 replays it at the others, so every instance draws the same numbers (dropout by the custom ops of
 :mod:`._random`, which Inductor compiles too). An input the step updates in
 place (batch norm's running statistics) reaches the backward as a copy taken before the update. A
@@ -100,6 +101,8 @@ def lower(joint: JointGraph, graph: Graph, plan: Plan, *, frees: bool = True,
     bwd.lazy_before = tangents[0]
     bwd.run(steps[split:], start=split)
     bwd.finish()
+    if not frees:
+        bwd.drop_unread_saves()
     gradients = [bwd.output_value(i) if joint.outputs[i] is not None else None
                  for i in range(joint.num_forward_outputs, len(joint.outputs))]
     bwd.graph.output(tuple(gradients))
@@ -457,6 +460,18 @@ class _Phase:
                 kept[key] = placeholder
                 values.append(value)
         return values
+
+    def drop_unread_saves(self) -> None:
+        """Pass on only what this phase reads: without the plan's frees, a value the plan keeps into this phase and
+        frees there unread would be held to its end (a compiler frees an input after its last reader, and one
+        never read at its return); not passed on, it goes when the earlier phase ends, before the plan frees it."""
+        kept = []
+        for value, placeholder in self.saves:
+            if placeholder.users:
+                kept.append((value, placeholder))
+            else:
+                self.graph.erase_node(placeholder)
+        self.saves = kept
 
     def pre_update_value(self, name: str) -> fx.Node:
         """The input ``name`` as a later phase must see it: a copy if the step updates it in place."""
