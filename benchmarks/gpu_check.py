@@ -76,6 +76,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small models (for a run on the CPU)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per variant")
     parser.add_argument("--profile", action="store_true", help="GPT-2's kernels: eager, aot_eager and a plan")
+    parser.add_argument("--models", nargs="+", choices=("gpt2", "unet"), default=["gpt2", "unet"],
+                        help="the models to check (both by default)")
     args = parser.parse_args()
     device = torch.device(args.device)
     started = time.perf_counter()
@@ -84,8 +86,8 @@ def main() -> None:
     if args.profile:
         _profile(_gpt2(device, args.small), device)
     else:
-        for model in (_gpt2(device, args.small), _unet(device, args.small)):
-            _check(model, device, args.steps)
+        for make in args.models:
+            _check({"gpt2": _gpt2, "unet": _unet}[make](device, args.small), device, args.steps)
     print(f"\nWall time {time.perf_counter() - started:.0f} s.")
 
 

@@ -20,6 +20,7 @@ from torch_models import MODELS  # noqa: E402
 from remat.clients.cli import main  # noqa: E402
 from remat.clients.torch import CaptureError, PlanRejected, capture, export_graph, rematerialize  # noqa: E402
 from remat.clients.torch._joint import STEP_END, _storages  # noqa: E402
+from remat.clients.torch._workspace import WORKSPACE_NODE_BYTES  # noqa: E402
 from remat.schedules import Graph  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -38,9 +39,11 @@ def test_export_keeps_producers_and_folds_views_and_getitems():
     joint, graph = capture(model, inputs, loss_fn=loss_fn)
     calls = [n for n in joint.module.graph.nodes if n.op == "call_function"]
     assert {p.name for p in joint.producers}.isdisjoint(joint.parent)
-    markers = [p for p in joint.producers if not p.runs_an_op and not p.output_of]
+    markers = [p for p in joint.producers if not p.runs_an_op and not p.output_of and not p.workspace_of]
     assert [p.name for p in markers] == [STEP_END]  # the step's end, holding every gradient until then
-    assert len(joint.producers) - len(markers) + len(joint.parent) == len(calls)
+    workspaces = [p for p in joint.producers if p.workspace_of]  # what kernels allocate inside: dropout's noise
+    assert workspaces and all(p.memory >= WORKSPACE_NODE_BYTES for p in workspaces)
+    assert len(joint.producers) - len(markers) - len(workspaces) + len(joint.parent) == len(calls)
     assert not any(p.op.startswith(_VIEW_OPS) for p in joint.producers)
     assert all(p.op.endswith("]") and p.memory > 0 for p in joint.producers if p.output_of)
     assert any(c.target.__name__ == "getitem" for c in calls if c.name in joint.parent)

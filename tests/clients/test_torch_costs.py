@@ -19,12 +19,14 @@ from remat.clients.torch import (  # noqa: E402
     DEVICE_PROFILES,
     LiveBytes,
     activation_peak,
+    allocator_peak,
     capture,
     export_graph,
     node_costs,
     time_call,
 )
 from remat.clients.torch._joint import STEP_END  # noqa: E402
+from remat.clients.torch._workspace import WORKSPACE_NODE_BYTES  # noqa: E402
 from remat.schedules import InvalidRequest  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -55,7 +57,7 @@ def test_roofline_counts_attention_and_convolutions():
     model, inputs, loss_fn = _made("resnet")
     graph = export_graph(model, inputs, loss_fn=loss_fn)
     launch = DEVICE_PROFILES["cpu"].launch_s
-    convs = [n for n in graph.nodes if "convolution" in n.meta["op"] and not n.meta["op"].endswith("]")]
+    convs = [n for n in graph.nodes if n.meta["op"].startswith("aten.convolution") and not n.meta["op"].endswith("]")]
     assert convs and all(n.cost > launch for n in convs)
 
 
@@ -67,9 +69,10 @@ def test_measured_costs_time_every_node_and_leave_the_model_alone():
     graph = export_graph(model, inputs, loss_fn=loss_fn, cost_model="measured")
     assert graph.cost_unit == "seconds (measured, cpu)"
     taken_out = [n for n in graph.nodes if n.meta["op"].endswith("]")]  # an output of a multi-output op
-    assert taken_out and all(n.cost == 0 for n in taken_out)
+    workspaces = [n for n in graph.nodes if "workspace_of" in n.meta]  # allocated by its op's kernel
+    assert taken_out and workspaces and all(n.cost == 0 for n in taken_out + workspaces)
     assert graph.nodes[-1].id == STEP_END and graph.nodes[-1].cost == 0  # marks the end: runs nothing
-    assert all(math.isfinite(n.cost) and n.cost > 0 for n in graph.nodes[:-1] if n not in taken_out)
+    assert all(math.isfinite(n.cost) and n.cost > 0 for n in graph.nodes[:-1] if n not in taken_out + workspaces)
     assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers(), strict=True))
     assert torch.equal(rng, torch.get_rng_state())
 
@@ -106,6 +109,35 @@ def test_activation_peak_counts_what_the_step_allocates_gradients_included():
     # (tanh's output has gone), besides the loss and its gradient (4 bytes each)
     assert peak == activation + 64 * 64 * 4 + 64 * 4 + 8
     assert lin.weight.grad is not None
+
+
+def test_the_allocator_counts_what_kernels_allocate_inside_their_ops():
+    x = torch.randn(1024)
+    step = lambda: (x * x) + x  # noqa: E731 - a 4 KiB temporary, then a 4 KiB result: both at once
+    assert allocator_peak(step) == 8192
+    images, weight = torch.randn(4, 8, 16, 16), torch.randn(8, 8, 3, 3, requires_grad=True)
+
+    def convolve() -> None:
+        torch.nn.functional.conv2d(images, weight, padding=1).sum().backward()
+
+    weight.grad = None
+    with LiveBytes() as live:
+        convolve()
+    weight.grad = None
+    assert allocator_peak(convolve) > live.peak  # the convolution's backward takes a workspace no mode sees
+
+
+def test_a_kernels_workspace_is_a_node_its_op_reads_and_small_ones_are_fixed_memory():
+    model, inputs, loss_fn = MODELS["resnet"](batch_size=4)
+    joint, graph = capture(model, inputs, loss_fn=loss_fn)
+    nodes = {n.id: n for n in graph.nodes}
+    workspaces = [p for p in joint.producers if p.workspace_of]
+    assert {nodes[p.workspace_of].meta["op"] for p in workspaces} >= {"aten.convolution_backward.default"}
+    for p in workspaces:
+        ws, op = graph.index[p.name], graph.index[p.workspace_of]
+        assert ws == op - 1 and ws in graph.nodes[op].deps and nodes[p.name].cost == 0
+        assert p.memory >= WORKSPACE_NODE_BYTES and nodes[p.name].meta["workspace_of"] == p.workspace_of
+    assert 0 < joint.fixed["small_workspaces"] < WORKSPACE_NODE_BYTES  # batch norm's per-channel scratch
 
 
 def test_time_call_reports_a_median_of_the_runs():

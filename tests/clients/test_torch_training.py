@@ -16,7 +16,14 @@ from factories import result_document  # noqa: E402
 from torch import nn  # noqa: E402
 from torch_models import MODELS, mlp  # noqa: E402
 
-from remat.clients.torch import PlanCache, activation_peak, export_graph, max_batch, rematerialize  # noqa: E402
+from remat.clients.torch import (  # noqa: E402
+    PlanCache,
+    activation_peak,
+    allocator_peak,
+    export_graph,
+    max_batch,
+    rematerialize,
+)
 from remat.schedules import (  # noqa: E402
     Graph,
     InvalidRequest,
@@ -35,8 +42,8 @@ STEPS = 3
 #: (model, strategy, budget as a fraction of the checkpoint-all activation peak): every model without
 #: and with rematerialization, under two baselines and the MILP (on a graph it solves in seconds).
 PLANS = [(name, "checkpoint-all", 1.0) for name in MODELS] + [
-    ("mlp", "ap-greedy", 0.7), ("resnet", "linearized-greedy", 0.6), ("unet", "ap-greedy", 0.9),
-    ("gpt", "linearized-greedy", 0.55), ("lstm", "linearized-greedy", 0.7),
+    ("mlp", "ap-greedy", 0.7), ("resnet", "linearized-greedy", 0.75), ("unet", "ap-greedy", 0.9),
+    ("gpt", "linearized-greedy", 0.65), ("lstm", "linearized-greedy", 0.7),
 ]
 if "checkmate" in STRATEGIES:
     PLANS.append(("resnet", "checkmate", 0.7))
@@ -61,8 +68,9 @@ def _budget(graph: Graph, ratio: float) -> int:
     return graph.fixed_memory + int(ratio * (graph.checkpoint_all_peak - graph.fixed_memory))
 
 
-def _train_side_by_side(model, ref, rm, inputs, loss_fn) -> list[int]:
-    """STEPS optimizer steps of the patched and the unpatched model, checked equal; activation peaks measured."""
+def _train_side_by_side(model, ref, rm, inputs, loss_fn) -> list[tuple[int, int]]:
+    """STEPS optimizer steps of the patched and the unpatched model, checked equal; activation peaks measured
+    by a dispatcher mode (LiveBytes) and by the allocator, which also sees what kernels allocate inside ops."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
     peaks = []
@@ -79,7 +87,9 @@ def _train_side_by_side(model, ref, rm, inputs, loss_fn) -> list[int]:
         if step == 0:
             run()  # warm-up outside the tracker
         else:
-            peaks.append(activation_peak(run, model.parameters()))
+            seen: list[int] = []
+            by_allocator = allocator_peak(lambda seen=seen: seen.append(activation_peak(run, model.parameters())))
+            peaks.append((seen[0], by_allocator))
         torch.manual_seed(100 + step)
         expected = loss_fn(ref, *inputs)
         expected.backward()
@@ -108,12 +118,15 @@ def test_training_follows_the_plan(name, strategy, ratio):
     # The tracker counts what the step allocates, gradients included; the plan adds what is resident anyway
     # (state and inputs). Batch norm's new running statistics are counted to the end of the step (they go at
     # the end of the forward) and so are copies of the old ones (a bound), and so are the random states of
-    # dropouts computed again (made at the first compute, gone after the last): the plan is exact up to those.
-    fixed = rm.plans[0].joint.fixed
-    planned = rm.plans[0].simulation.peak_memory - rm.plans[0].joint.resident_memory
-    slack = 2 * fixed["mutated_copies"] + fixed["rng_states"]
-    for peak in peaks:
-        assert planned - slack <= peak <= planned, (peak, planned)
+    # dropouts computed again (made at the first compute, gone after the last), and so are the largest of the
+    # kernels' small workspaces: by the allocator's count, the plan is exact up to those. A dispatcher mode
+    # does not see the workspaces at all.
+    joint = rm.plans[0].joint
+    planned = rm.plans[0].simulation.peak_memory - joint.resident_memory
+    slack = 2 * joint.fixed["mutated_copies"] + joint.fixed["rng_states"]
+    for seen, by_allocator in peaks:
+        assert planned - slack - joint.fixed["small_workspaces"] <= by_allocator <= planned, (by_allocator, planned)
+        assert planned - slack - joint.largest_workspace <= seen <= planned, (seen, planned)
 
 
 def test_the_largest_batch_found_trains_within_the_device_budget():
@@ -141,7 +154,7 @@ def test_the_largest_batch_found_trains_within_the_device_budget():
     rm = rematerialize(model, inputs, budget=budget, loss_fn=loss_fn, time_limit_s=10)
     peaks = _train_side_by_side(model, ref, rm, inputs, loss_fn)
     planned = rm.plans[0].simulation.peak_memory - rm.plans[0].joint.resident_memory
-    assert max(peaks) <= planned
+    assert max(max(pair) for pair in peaks) <= planned
 
 
 def _forced_dropout_replay(graph: Graph) -> ResultDocument:
@@ -194,7 +207,7 @@ def test_a_plan_is_simulated_with_the_random_states_it_saves():
 
 def test_batch_norm_statistics_update_once_per_step():
     model, inputs, loss_fn = _model("resnet")
-    rm = rematerialize(model, inputs, activation_budget=0.6, loss_fn=loss_fn, strategy="linearized-greedy")
+    rm = rematerialize(model, inputs, activation_budget=0.75, loss_fn=loss_fn, strategy="linearized-greedy")
     assert rm.simulation.recomputations > 0
     for _ in range(3):
         rm(*inputs).backward()
@@ -323,7 +336,7 @@ def test_plans_come_from_a_remat_service_too(tmp_path):
     try:
         url = procs.server().url
         graph = _graph("resnet")
-        budget = _budget(graph, 0.7)
+        budget = _budget(graph, 0.75)
         model, inputs, loss_fn = _model("resnet")
         ref = copy.deepcopy(model)
         rm = rematerialize(model, inputs, budget=budget, strategy="linearized-greedy", server=url, loss_fn=loss_fn,
@@ -454,7 +467,8 @@ def test_gradient_accumulation_has_a_plan_of_its_own_that_counts_the_gradients_h
     assert adding.budget == fresh.budget + adding.joint.fixed["gradients"]  # the same share of its activations
     for peak, planned in zip(peaks, (fresh, adding), strict=True):
         promised = planned.simulation.peak_memory - planned.joint.resident_memory  # what the step adds
-        assert promised - planned.joint.fixed["rng_states"] <= peak <= promised
+        unseen = planned.joint.fixed["rng_states"] + planned.joint.largest_workspace  # by a dispatcher mode
+        assert promised - unseen <= peak <= promised
 
 
 @pytest.mark.parametrize("loss", [F.mse_loss, F.smooth_l1_loss,
@@ -470,13 +484,14 @@ def test_a_loss_that_keeps_its_unreduced_buffer_is_counted_whole(loss):
     rm(x, y).backward()
     model.zero_grad(set_to_none=True)
     peak = activation_peak(lambda: rm(x, y).backward(), model.parameters())
-    assert peak == rm.simulation.peak_memory - rm.plans[0].joint.resident_memory
+    joint = rm.plans[0].joint  # a dispatcher mode sees all but the kernels' small workspaces
+    assert peak == rm.simulation.peak_memory - joint.resident_memory - joint.fixed["small_workspaces"]
     assert rm.fixed["outputs"] == x.numel() * 4  # the loss's storage
 
 
 def test_explain_says_what_is_live_at_the_peak_and_what_is_recomputed_by_module():
     model, inputs, loss_fn = _model("gpt")
-    rm = rematerialize(model, inputs, activation_budget=0.6, loss_fn=loss_fn, strategy="linearized-greedy")
+    rm = rematerialize(model, inputs, activation_budget=0.65, loss_fn=loss_fn, strategy="linearized-greedy")
     grads, buffers = [p.grad for p in model.parameters()], [b.clone() for b in model.buffers()]
     planned = rm.explain()
     assert planned.measured is None and planned.planned is rm.plans[-1]

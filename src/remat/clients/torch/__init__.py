@@ -3,8 +3,8 @@
 Needs the ``torch`` extra (``pip install remat[torch]``). :func:`rematerialize` is the drop-in API,
 :func:`enable` the same in place (for training frameworks: the Hugging Face Trainer, Lightning) and
 :func:`backend` the same as a torch.compile backend; :func:`export_graph` writes the
-remat.graph/v1 that ``remat profile`` prints; :class:`LiveBytes` and :func:`activation_peak`
-measure what a step really holds.
+remat.graph/v1 that ``remat profile`` prints; :class:`LiveBytes`, :func:`activation_peak` and
+:func:`allocator_peak` measure what a step really holds.
 """
 
 from ._api import RematModule, backend, capture, export_graph, rematerialize
@@ -17,7 +17,7 @@ from ._errors import CaptureError, PlanRejected
 from ._explain import Explanation
 from ._joint import JointGraph, Producer
 from ._max_batch import max_batch
-from ._measure import LiveBytes, StepTime, activation_peak, time_call
+from ._measure import LiveBytes, StepTime, activation_peak, allocator_peak, time_call
 from ._planning import Budget, check_result
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "RematModule",
     "StepTime",
     "activation_peak",
+    "allocator_peak",
     "backend",
     "capture",
     "check_result",

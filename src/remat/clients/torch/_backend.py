@@ -48,6 +48,7 @@ from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
 from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
 from ._random import REPLAYED
 from ._transfer import TransferSpec, check_transfer, transfer_for
+from ._workspace import kernel_workspaces, with_workspaces
 
 __all__ = ["COMPILERS", "PlannedGraph", "RematBackend"]
 
@@ -352,6 +353,7 @@ class _Partition:
                          drop_outputs=self.drop_outputs, accumulating=self.accumulating,
                          engine=_engine_memory(args, kinds))
         with unset_fake_temporarily():
+            joint = with_workspaces(joint, kernel_workspaces(joint))
             graph = self.backend.costed(joint, args)
         if self.backend.planner is None:
             self.backend.captured.append((joint, graph))

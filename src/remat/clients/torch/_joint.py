@@ -97,12 +97,15 @@ class Producer:
     """For an output of a multi-output op kept on its own: the op's producer (this node only takes it out)."""
     pinned: bool = False
     """Its storage is one the step returns (an output, a gradient): held to the end, computed once."""
+    workspace_of: str | None = None
+    """For the workspace of an op's kernel (:mod:`._workspace`): the op's producer, which reads it. It holds
+    no tensor: its bytes are what the kernel allocates and frees inside while it runs."""
 
     @property
     def runs_an_op(self) -> bool:
-        """Whether computing it runs an op of its own; the others take an output out of one, or mark the
-        end of the forward or of the step, at no cost."""
-        return self.output_of is None and self.name not in MARKERS
+        """Whether computing it runs an op of its own; the others take an output out of one, stand for a
+        kernel's workspace, or mark the end of the forward or of the step, at no cost."""
+        return self.output_of is None and self.workspace_of is None and self.name not in MARKERS
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,12 @@ class JointGraph:
         """Bytes of state, inputs and gradients: what the step holds besides its activations."""
         return sum(self.fixed[k] for k in RESIDENT)
 
+    @property
+    def largest_workspace(self) -> int:
+        """Bytes of the largest kernel workspace the step allocates (ops run one at a time): the most of a plan's
+        peak that a dispatcher mode (:class:`~._measure.LiveBytes`) cannot see."""
+        return max((p.memory for p in self.producers if p.workspace_of), default=self.fixed["small_workspaces"])
+
     @cached_property
     def index(self) -> dict[str, Producer]:
         """Each producer by name."""
@@ -168,7 +177,8 @@ class JointGraph:
                 cost=float(costs[p.name]),
                 memory=p.memory,
                 kind=p.kind,
-                meta={"op": p.op, **({"rng": True} if p.rng else {})},
+                meta={"op": p.op, **({"rng": True} if p.rng else {}),
+                      **({"workspace_of": p.workspace_of} if p.workspace_of else {})},
             )
             for p in self.producers
         ]
@@ -491,7 +501,8 @@ def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], consta
     ``gradients`` are those the parameters hold before the step (0 unless it accumulates into them),
     ``outputs`` the storages of the step's outputs held to its end (``pinned``); ``mutated_copies``
     are the copies of updated inputs a backward recomputation may read, ``rng_states`` the generator
-    states a replayed random op keeps: both bounds, rarely all used.
+    states a replayed random op keeps: both bounds, rarely all used. ``small_workspaces`` is set when
+    kernels' workspaces are measured (:func:`._workspace.with_workspaces`).
     """
     seen: set[StorageWeakRef] = set()
 
@@ -518,6 +529,7 @@ def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], consta
         "rng_states": rng_states,
         "mutated_copies": sum(b for n in mutated for _, b in _storages(n.meta.get("val"))),
         **{k: engine.get(k, 0) for k in ENGINE},
+        "small_workspaces": 0,
     }
 
 

@@ -7,7 +7,9 @@ allocator is routed through the dispatcher while the mode is active), and so are
 (``UntypedStorage.resize_``, which FSDP2 uses to gather parameters and free them). Host copies of offloaded
 values, made under :func:`host_memory`, are counted apart: on the CPU the device is the host, and
 the ruler still tells the two memories apart. On CUDA, the allocator's peak is used (it adds
-rounding and workspaces).
+rounding and workspaces). :func:`allocation_peaks` and :func:`allocator_peak` read the allocator on
+both: on the CPU from the profiler's allocation events, which also count the buffers kernels
+allocate and free inside an op (their workspaces), which no dispatcher mode sees.
 Times are medians of repeated runs: CUDA events on a GPU, the wall clock or the process's CPU
 time on the CPU.
 """
@@ -20,7 +22,7 @@ import statistics
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["LiveBytes", "StepTime", "activation_peak", "host_memory", "time_call"]
+__all__ = ["Allocation", "LiveBytes", "StepTime", "activation_peak", "allocation_peaks", "allocator_peak", "host_memory",
+           "time_call"]
 
 _making = threading.local()
 
@@ -225,6 +228,112 @@ def activation_peak(step: Callable[[], Any], parameters: Iterable[torch.Tensor])
     with LiveBytes() as live:
         step()
     return live.peak
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the allocator held while a call ran, in bytes above what it held when the call started."""
+
+    peak: int
+    """The most it held at once."""
+    held: int
+    """What it held at the call's end, with the call's results still alive."""
+
+
+_WINDOW = "remat.measure.call."
+"""The profiler label of each call :func:`allocation_peaks` measures on the CPU (and the call's position)."""
+
+
+def allocation_peaks(calls: Sequence[Callable[[], Any]], device: torch.device) -> list[Allocation]:
+    """Run ``calls`` in turn and say, for each, what the allocator of ``device`` held while it ran.
+
+    On CUDA from the caching allocator's statistics; on the CPU from the allocation events of one
+    profiler session around them all (torch reports every CPU allocation and its running total
+    there), so that each call costs little more than itself. Each call's results live until its
+    measure is taken.
+    """
+    if device.type == "cuda":
+        return [_cuda_allocation(call, device) for call in calls]
+    from torch.autograd.profiler import record_function
+    from torch.profiler import ProfilerActivity, profile
+
+    if torch.autograd.profiler._is_profiler_enabled:
+        raise RuntimeError("The CPU allocator is read through the profiler, which is already running; "
+                           "measure outside the profiler.")
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():  # torch's profiler prints a line to stderr when it starts and when it stops
+        prof.start()
+    try:
+        for k, call in enumerate(calls):
+            with record_function(f"{_WINDOW}{k}"):
+                results = call()
+            del results
+    finally:
+        with _quiet_stderr():
+            prof.stop()
+    windows, events = _cpu_events(prof)
+    measured = []
+    for k in range(len(calls)):
+        start, end = windows[k]
+        inside = [(size, total) for at, size, total in events if start <= at <= end]
+        if not inside:
+            measured.append(Allocation(0, 0))
+            continue
+        before = inside[0][1] - inside[0][0]
+        measured.append(Allocation(max(total for _, total in inside) - before, inside[-1][1] - before))
+    return measured
+
+
+def allocator_peak(step: Callable[[], Any], device: torch.device | str = "cpu") -> int:
+    """Peak bytes the allocator of ``device`` holds while ``step`` runs, above what it held before: what
+    :class:`LiveBytes` counts and what kernels allocate inside their ops (a convolution's workspace)."""
+    return allocation_peaks([step], torch.device(device))[0].peak
+
+
+def _cuda_allocation(call: Callable[[], Any], device: torch.device) -> Allocation:
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    results = call()
+    torch.cuda.synchronize(device)
+    measured = Allocation(torch.cuda.max_memory_allocated(device) - before, torch.cuda.memory_allocated(device) - before)
+    del results
+    return measured
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The process's standard error (its file descriptor, where native code writes) goes nowhere in this block."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _cpu_events(prof: Any) -> tuple[dict[int, tuple[int, int]], list[tuple[int, int, int]]]:
+    """The profiled calls' windows (start and end, in ns, by position) and the CPU allocation events (time,
+    bytes allocated or freed, the allocator's running total), in time order."""
+    from torch._C._profiler import _EventType
+
+    windows: dict[int, tuple[int, int]] = {}
+    events = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.name.startswith(_WINDOW):
+            windows[int(event.name[len(_WINDOW):])] = (event.start_time_ns, event.end_time_ns)
+        elif event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            events.append((event.start_time_ns, event.extra_fields.alloc_size, event.extra_fields.total_allocated))
+    return windows, sorted(events, key=lambda e: e[0])
 
 
 @dataclass(frozen=True)
