@@ -42,13 +42,18 @@ def kernel_workspaces(joint: JointGraph) -> dict[str, int]:
     signature_of: dict[str, Hashable] = {}
     for producer in joint.producers:
         node = nodes.get(producer.name)
-        if producer.runs_an_op and node is not None and isinstance(node.target, torch._ops.OpOverload):
+        if producer.runs_an_op and node is not None and _measurable(node.target):
             signature_of[producer.name] = _signature(node)
             runs.setdefault(signature_of[producer.name], _OpRun(node))
+    device = _device(joint)
+    if device.type != "cuda" and torch.autograd.profiler._is_profiler_enabled:
+        warnings.warn("remat reads the CPU allocator through torch's profiler, which is running: the plan does not "
+                      "count what kernels allocate inside ops (capture outside the profiler to count it).",
+                      stacklevel=2)
+        return {}
     if not runs:
         return {}
     calls = [call for run in runs.values() for call in (run.make, run.run, run.run, run.drop)]
-    device = _device(joint)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # random ops draw for nothing
         measures = allocation_peaks(calls, device)
     measured = {signature: max(0, second.peak - second.held)
@@ -74,6 +79,12 @@ def with_workspaces(joint: JointGraph, workspaces: Mapping[str, int]) -> JointGr
             p = dataclasses.replace(p, deps=(*p.deps, workspace.name))
         producers.append(p)
     return dataclasses.replace(joint, producers=tuple(producers), fixed={**joint.fixed, "small_workspaces": small})
+
+
+def _measurable(target: Any) -> bool:
+    """Whether an op can be run apart on made-up inputs: ATen's own ops (others may talk to other processes,
+    as collectives do, or keep state)."""
+    return isinstance(target, torch._ops.OpOverload) and target.namespace == "aten"
 
 
 def _signature(node: fx.Node) -> Hashable:
@@ -102,7 +113,10 @@ class _OpRun:
         def like(a: Any) -> Any:
             return pytree.tree_map_only(torch.Tensor, _like, a.meta.get("val")) if isinstance(a, fx.Node) else a
 
-        self.inputs = fx.node.map_aggregate((self.node.args, self.node.kwargs), like)  # type: ignore[assignment]
+        try:
+            self.inputs = fx.node.map_aggregate((self.node.args, self.node.kwargs), like)  # type: ignore[assignment]
+        except Exception:  # noqa: BLE001 - no room for its inputs (a device nearly full): said by the caller
+            self.ran = False
 
     def run(self) -> Any:
         if self.inputs is None or not self.ran:
