@@ -114,7 +114,7 @@ class _OpRun:
             return pytree.tree_map_only(torch.Tensor, _like, a.meta.get("val")) if isinstance(a, fx.Node) else a
 
         try:
-            self.inputs = fx.node.map_aggregate((self.node.args, self.node.kwargs), like)  # type: ignore[assignment]
+            self.inputs = fx.node.map_aggregate((self.node.args, self.node.kwargs), like)
         except Exception:  # noqa: BLE001 - no room for its inputs (a device nearly full): said by the caller
             self.ran = False
 
