@@ -98,8 +98,8 @@ def test_a_convnet_holds_its_plan_by_the_allocators_count_its_convolutions_works
     """transformers' ConvNeXt: its depthwise convolutions' backward allocates several times the step's
     activations inside the op on the CPU, which only the allocator sees; the plan holds it."""
     torch.manual_seed(0)
-    config = transformers.ConvNextConfig(num_channels=3, hidden_sizes=[16, 32], depths=[1, 1], image_size=32,
-                                         num_labels=10)
+    config = transformers.ConvNextConfig(num_channels=3, hidden_sizes=[16, 32], depths=[1, 1], num_stages=2,
+                                         image_size=32, num_labels=10)
     model = transformers.ConvNextForImageClassification(config).train()
     batch = {"pixel_values": torch.randn(4, 3, 32, 32), "labels": torch.randint(0, 10, (4,))}
     rm = rematerialize(model, batch, activation_budget=0.95)
