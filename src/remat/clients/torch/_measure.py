@@ -30,8 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["Allocation", "LiveBytes", "StepTime", "activation_peak", "allocation_peaks", "allocator_peak", "host_memory",
-           "time_call"]
+__all__ = ["Allocation", "LiveBytes", "StepTime", "activation_peak", "allocation_peaks", "allocator_peak",
+           "host_memory", "time_call"]
 
 _making = threading.local()
 
@@ -296,7 +296,8 @@ def _cuda_allocation(call: Callable[[], Any], device: torch.device) -> Allocatio
     before = torch.cuda.memory_allocated(device)
     results = call()
     torch.cuda.synchronize(device)
-    measured = Allocation(torch.cuda.max_memory_allocated(device) - before, torch.cuda.memory_allocated(device) - before)
+    measured = Allocation(torch.cuda.max_memory_allocated(device) - before,
+                          torch.cuda.memory_allocated(device) - before)
     del results
     return measured
 

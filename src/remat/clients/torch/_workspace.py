@@ -102,7 +102,7 @@ class _OpRun:
         def like(a: Any) -> Any:
             return pytree.tree_map_only(torch.Tensor, _like, a.meta.get("val")) if isinstance(a, fx.Node) else a
 
-        self.inputs = fx.node.map_aggregate((self.node.args, self.node.kwargs), like)  # type: ignore[assignment]
+        self.inputs = fx.node.map_aggregate((self.node.args, self.node.kwargs), like)
 
     def run(self) -> Any:
         if self.inputs is None or not self.ran:
