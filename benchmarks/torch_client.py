@@ -466,7 +466,7 @@ def _table(work: Workload, variants: list[Variant], eager: Variant, refused: lis
     print("|---|---|---|---|---|---|---|---|")
     for v in variants:
         t = statistics.median(v.times)
-        ratio = f"{v.peak / v.plan:.4f}" if v.plan else ""
+        ratio = f"{v.peak / v.plan:.4f} ({v.peak - v.plan:+,} B)" if v.plan else ""
         tensors = format_size(v.tensors) if v.tensors is not None else ""
         print(f"| {v.name} | {format_size(v.peak)} | {tensors} | {v.peak / eager.peak:.3f} | {ratio} | "
               f"{1e3 * t:.1f} | {t / base_time:.3f} | {v.note} |")
