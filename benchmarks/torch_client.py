@@ -12,17 +12,20 @@ memory before the step reads) and the step time as a ratio to eager. A second ta
 capture, plan and first step: ``rematerialize()`` with an empty plan cache and with a full one,
 against ``torch.compile(backend="aot_eager")``, which captures the same graph and plans nothing.
 
-On the CPU the peak is exact (:class:`remat.clients.torch.LiveBytes`, Inductor's buffers included);
-on CUDA it is the allocator's peak above what was allocated before the step. Times are medians over
-rounds that run every variant once, in turn: CUDA events on a GPU; on the CPU, torch runs one
-intra-op thread and a step is timed by the CPU time of the process, which the load of other
-processes on a shared machine does not inflate (the wall clock does, by several times). glibc
-hands large freed blocks back to the kernel and page-faults them in again at the next allocation,
-a cost that grows with how often a step frees and allocates (PyTorch's CUDA allocator caches blocks
-instead); the script restarts itself with glibc's trim and mmap thresholds raised, so that the CPU
-heap keeps freed memory for every variant alike. Logging inside a traced model is skipped for
-every compiled variant alike (transformers' models log from their loss, which would otherwise
-break torch.compile's graph).
+The peak is the allocator's, above what it held before the step, for every variant alike: on the CPU
+read through the profiler's allocation events (:func:`remat.clients.torch.allocator_peak`), which
+count what kernels allocate and free inside an op (a convolution's columns, oneDNN's reorders) as
+well as the tensors; on CUDA from the caching allocator. On the CPU the same step is also counted by
+a dispatcher mode (:class:`remat.clients.torch.LiveBytes`, which sees tensors only), in its own
+column. Times are medians over rounds that run every variant once, in turn: CUDA events on a GPU; on
+the CPU, torch runs one intra-op thread and a step is timed by the CPU time of the process, which
+the load of other processes on a shared machine does not inflate (the wall clock does, by several
+times). glibc hands large freed blocks back to the kernel and page-faults them in again at the next
+allocation, a cost that grows with how often a step frees and allocates (PyTorch's CUDA allocator
+caches blocks instead); the script restarts itself with glibc's trim and mmap thresholds raised, so
+that the CPU heap keeps freed memory for every variant alike. Logging inside a traced model is
+skipped for every compiled variant alike (transformers' models log from their loss, which would
+otherwise break torch.compile's graph).
 
     python benchmarks/torch_client.py                              # the library models (long: compiles)
     python benchmarks/torch_client.py --models gpt2 --rounds 3     # one model
@@ -59,6 +62,7 @@ from torch_models import MODELS as TEST_MODELS  # noqa: E402
 from remat.clients.torch import (  # noqa: E402
     PlanCache,
     activation_peak,
+    allocator_peak,
     capture,
     rematerialize,
     time_call,
@@ -104,6 +108,9 @@ class Variant:
     plan: int | None = None
     """remat's planned peak (bytes above resident memory), to set the measured one beside."""
     peak: int = 0
+    """The step's peak by the allocator's count, workspaces included."""
+    tensors: int | None = None
+    """The same step's peak by a dispatcher mode's count (tensors only; on the CPU)."""
     times: list[float] = field(default_factory=list)
 
     def run(self) -> None:
@@ -122,6 +129,8 @@ def main() -> None:
                         help="values of activation_memory_budget for torch.compile ('' to skip)")
     parser.add_argument("--cost-model", default="measured", help="remat's cost model: measured or flops")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (each runs every variant once)")
+    parser.add_argument("--no-first-step", action="store_true",
+                        help="skip the table of capture, plan and first-step wall times")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -332,7 +341,7 @@ def _benchmark(work: Workload, device: torch.device, args: argparse.Namespace) -
         variants.append(_compiled(base, work, budget))
     for variant in variants:
         _warm_up(variant)
-        variant.peak = _measure_peak(variant)
+        _measure_peak(variant)
 
     targets = {f"{r:g} of eager": r * eager.peak for r in [float(b) for b in args.budgets.split(",") if b]}
     targets.update({f"as {v.name}": v.peak for v in variants[1:]})
@@ -344,13 +353,14 @@ def _benchmark(work: Workload, device: torch.device, args: argparse.Namespace) -
                 refused.append(variant)
                 continue
             _warm_up(variant)
-            variant.peak = _measure_peak(variant)
+            _measure_peak(variant)
             variants.append(variant)
     for _ in range(args.rounds):
         for variant in variants:
             variant.times.append(time_call(variant.run, device=device, repeats=1, warmup=0, cpu_time=True).median_s)
     _table(work, variants, eager, refused)
-    _first_step_table(work, args)
+    if not args.no_first_step:
+        _first_step_table(work, args)
 
 
 def _variant(label: str, base: nn.Module, work: Workload) -> Variant:
@@ -381,7 +391,7 @@ def _remat(base: nn.Module, work: Workload, label: str, peak: int, compiler: str
         rm = rematerialize(model, work.inputs, budget=budget, cost_model=args.cost_model, compiler=compiler,
                            cache=False, progress=False)
     except RematError as e:  # no plan within the budget, or one this compiler cannot run
-        return f"| {name} | no plan | | | | | | {str(e)[:240]} |"
+        return f"| {name} | no plan | | | | | | | {str(e)[:240]} |"
     planned = rm.plans[0]
     plan_peak = planned.simulation.peak_memory - planned.joint.resident_memory
     note = (f"{planned.graph.size} nodes, {planned.result.strategy} {planned.result.status.value}, simulated "
@@ -395,10 +405,17 @@ def _warm_up(variant: Variant) -> None:
         variant.run()
 
 
-def _measure_peak(variant: Variant) -> int:
+def _measure_peak(variant: Variant) -> None:
+    """The step's peak by the allocator and, on the CPU, by a dispatcher mode in the same step."""
     for p in variant.model.parameters():
         p.grad = None
-    return activation_peak(variant.step, variant.model.parameters())
+    params = list(variant.model.parameters())
+    if params[0].device.type == "cuda":  # activation_peak reads the caching allocator there
+        variant.peak = activation_peak(variant.step, params)
+        return
+    seen: list[int] = []
+    variant.peak = allocator_peak(lambda: seen.append(activation_peak(variant.step, params)))
+    variant.tensors = seen[0]
 
 
 # -- capture, plan and first step -----------------------------------------------------------------------
@@ -444,13 +461,15 @@ def _first_step_table(work: Workload, args: argparse.Namespace) -> None:
 def _table(work: Workload, variants: list[Variant], eager: Variant, refused: list[str]) -> None:
     base_time = statistics.median(eager.times)
     print(f"\n### {work.name} ({work.sizes})\n")
-    print("| variant | step peak | peak / eager | measured / plan | step time (ms) | time / eager | notes |")
-    print("|---|---|---|---|---|---|---|")
+    print("| variant | step peak (allocator) | tensors only (LiveBytes) | peak / eager | measured / plan | "
+          "step time (ms) | time / eager | notes |")
+    print("|---|---|---|---|---|---|---|---|")
     for v in variants:
         t = statistics.median(v.times)
-        ratio = f"{v.peak / v.plan:.4f}" if v.plan else ""
-        print(f"| {v.name} | {format_size(v.peak)} | {v.peak / eager.peak:.3f} | {ratio} | {1e3 * t:.1f} | "
-              f"{t / base_time:.3f} | {v.note} |")
+        ratio = f"{v.peak / v.plan:.4f} ({v.peak - v.plan:+,} B)" if v.plan else ""
+        tensors = format_size(v.tensors) if v.tensors is not None else ""
+        print(f"| {v.name} | {format_size(v.peak)} | {tensors} | {v.peak / eager.peak:.3f} | {ratio} | "
+              f"{1e3 * t:.1f} | {t / base_time:.3f} | {v.note} |")
     for row in refused:
         print(row)
     print()
