@@ -109,7 +109,7 @@ graph = Graph.from_path(sys.argv[1])
 asked, solve = [], worker.retention_bound
 worker.retention_bound = lambda *args, stages, **kwargs: asked.append(stages) or solve(*args, stages=stages, **kwargs)
 worker._lp_bound(graph, resolve_budget(graph, budget_ratio=0.5), SolveContext(SolveLimits(time_limit_s=60)),
-                  lambda _: None, worker.LP_ROWS)
+                  lambda _: None, worker.LP_ROWS, worker.LP_SHARE)
 print(json.dumps(asked))
 """
 

@@ -13,7 +13,7 @@ tasks and sends what they find:
   share ``explained`` of the best plan's overhead and is within :data:`MIP_WITHIN` of its cost
   (``explained`` 0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
 - on a graph of :data:`BOUND_FIRST_NODES` nodes or more, the LP bounds come before the baselines, and
-  their rungs start at one stage (:data:`LARGE_LP_ROWS`);
+  their rungs start at one stage (:data:`LARGE_LP_ROWS`) and may take the whole time limit;
 - ``anneal``: a :class:`ChainBest` for each new best of an annealing chain (from the best
   baseline, when one fits).
 
@@ -65,7 +65,9 @@ the repeated blocks, or its descent) gives the first plan anyway. (docs/tuning.m
 LARGE_LP_ROWS = (1, *LP_ROWS)
 """The rungs on such graphs: one stage first, whose relaxation is the smallest (the 100,000-node GPT at
 0.5: 85,000 columns, an LP bound of 7.9 % in 9 s, while 4 stages take 341,000, over
-:data:`LP_COLUMNS`). (docs/tuning.md)"""
+:data:`LP_COLUMNS`). Their LPs may take the whole time limit rather than :data:`LP_SHARE` of it: the
+helper has nothing quicker to do there, and on 2 loaded cores that LP was not solved within 15 s of a
+30-s solve. (docs/tuning.md)"""
 
 LP_COLUMNS = 200_000
 """Largest relaxation (in columns) solved as an LP: on the 7,956-node GPT, 16 stages (127,000 columns)
@@ -178,7 +180,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
     """
     started = time.monotonic()
     large = graph.size >= BOUND_FIRST_NODES
-    lp, rows = _lp_bound(graph, budget, ctx, send, LARGE_LP_ROWS) if "bound" in tasks and large else (None, None)
+    lp, rows = _lp_bound(graph, budget, ctx, send, LARGE_LP_ROWS, 1.0) if "bound" in tasks and large else (None, None)
     baseline = None
     if "baselines" in tasks:
         baseline = best_baseline(graph, budget, ctx)
@@ -195,7 +197,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             send(WindowInfeasible(window.start, window.stop - 1))
             return
     if "bound" in tasks and not large:
-        lp, rows = _lp_bound(graph, budget, ctx, send, LP_ROWS)
+        lp, rows = _lp_bound(graph, budget, ctx, send, LP_ROWS, LP_SHARE)
     mip_wanted = lp is not None
 
     def mip_due(_: Annealer | None = None) -> bool:
@@ -237,10 +239,10 @@ def mip_worth_it(best: float, lp: float, base_cost: float, explained: float) -> 
 
 
 def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send,
-              rungs: tuple[int | None, ...]) -> tuple[float | None, int | None]:
-    """The best LP bound over the ``rungs`` (stages of each LP) solved within :data:`LP_SHARE` of the time
+              rungs: tuple[int | None, ...], share: float) -> tuple[float | None, int | None]:
+    """The best LP bound over the ``rungs`` (stages of each LP) solved within the ``share`` of the time
     limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further)."""
-    deadline = time.monotonic() + LP_SHARE * ctx.limits.time_limit_s
+    deadline = time.monotonic() + share * ctx.limits.time_limit_s
     overloaded = overloaded_stages(graph, budget)
     best, best_rows = None, None
     for rows in dict.fromkeys(None if k is None or k >= overloaded else k for k in rungs):
