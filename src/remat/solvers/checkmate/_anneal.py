@@ -224,9 +224,9 @@ class _Helper:
         """Ask the helper to stop (it is killed ``GRACE_S`` later at the latest, by :meth:`join`)."""
         self.stopper.stop()
 
-    def join(self, left_s: float) -> None:
+    def join(self, left_s: float = math.inf) -> None:
         """Wait for the helper to end, killing it once the grace period after its stop has passed, or
-        once the search's ``left_s`` seconds have (at once when they have)."""
+        once ``left_s`` seconds have (the search's time left: at once when none is)."""
         if not self.child.wait(min(self.stopper.grace_left(), left_s)):
             self.stopper.kill()
             if not self.child.started:
