@@ -109,7 +109,7 @@ graph = Graph.from_path(sys.argv[1])
 asked, solve = [], worker.retention_bound
 worker.retention_bound = lambda *args, stages, **kwargs: asked.append(stages) or solve(*args, stages=stages, **kwargs)
 worker._lp_bound(graph, resolve_budget(graph, budget_ratio=0.5), SolveContext(SolveLimits(time_limit_s=60)),
-                  lambda _: None)
+                  lambda _: None, worker.LP_ROWS, worker.LP_SHARE)
 print(json.dumps(asked))
 """
 
@@ -121,6 +121,38 @@ def test_the_lp_rungs_stop_at_the_first_that_does_not_raise_the_bound() -> None:
                           capture_output=True, text=True, timeout=120)  # highspy stays out of the test process
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [4, 16]
+
+
+LARGE_GRAPH_ORDER = """
+import json, math, sys
+from remat.schedules import Graph, resolve_budget
+from remat.solvers import SolveContext, SolveLimits, Stop
+from remat.solvers.checkmate import _anneal_worker as worker
+worker.BOUND_FIRST_NODES = 0  # every graph counts as large
+graph = Graph.from_path(sys.argv[1])
+asked, sent, solve, stop = [], [], worker.retention_bound, Stop()
+worker.retention_bound = lambda *args, stages, **kwargs: asked.append(stages) or solve(*args, stages=stages, **kwargs)
+
+def send(message):
+    sent.append(type(message).__name__)
+    if isinstance(message, worker.BaselineFound):
+        stop.set()  # what comes after the baselines (waiting for a MIP worth its time) is not this test's
+
+worker.run_tasks(graph, resolve_budget(graph, budget_ratio=0.5), 1,
+                 SolveContext(SolveLimits(time_limit_s=60), stop_event=stop), ("baselines", "bound"), send, [math.inf])
+print(json.dumps({"asked": asked, "sent": [k for k in sent if k != "Note"]}))
+"""
+
+
+def test_on_a_large_graph_the_bound_comes_before_the_baselines_from_one_stage() -> None:
+    # The 100,000-node GPT: the baselines outlast a 30-s solve, and 4 stages are over LP_COLUMNS.
+    done = subprocess.run([sys.executable, "-c", LARGE_GRAPH_ORDER, str(BENCHMARK_DIR / "captured" / "lstm-48.json")],
+                          capture_output=True, text=True, timeout=120)  # highspy stays out of the test process
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["asked"][:2] == [1, 4]
+    assert seen["sent"][0] == "BoundFound" and "BaselineFound" in seen["sent"]
+    assert seen["sent"].index("BaselineFound") > seen["sent"].index("BoundFound")
 
 
 def test_a_helper_sends_the_best_baseline_then_bounds_then_plans() -> None:

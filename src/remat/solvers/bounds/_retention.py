@@ -174,7 +174,8 @@ class _Pairs(NamedTuple):
             span = rowed_stages[np.searchsorted(rowed_stages, v, side="right"):
                                 np.searchsorted(rowed_stages, horizon[v])]
             reads = np.asarray(users, dtype=np.int64)
-            kept = span[~np.isin(span, reads)] if span.size else span
+            at = np.minimum(np.searchsorted(reads, span), reads.size - 1)
+            kept = span[reads[at] != span]  # the stages not among v's (sorted) reads
             if kept.size == 0:
                 continue
             until = np.append(kept[1:], horizon[v])

@@ -14,6 +14,12 @@ The solve process's chain cools in cycles of doubling length (:meth:`Annealer.ru
 stopped on convergence stops at a cold chain; the helpers' chains cool once over the whole time limit:
 hot for longer, they cross to basins the cycles miss (the 6-level U-Net at 0.5 of its peak).
 
+The search ends :data:`FINISH_S_PER_NODE` seconds per node before the time limit: what follows it (the
+best plan's schedule, the plan, its simulation) takes about that long, and the time limit is a cap
+(the 100,000-node GPT: 2.1 to 2.5 s on 2 cores; without the reserve its solves ended 4 to 6 s late).
+Helpers still running then are killed at once rather than after their grace period (a baseline or an
+LP on such a graph does not look at the stop flag: the wait was another 1.5 s).
+
 Every new best, from any process, is reported at once (at most every half second after the first);
 when a proved bound meets the best cost within ``ctx.limits.mip_gap``, or a proof that nothing fits comes,
 everything stops with that proof. The outcome is the cheapest plan that fits: a chain's, or a
@@ -46,12 +52,19 @@ from ._anneal_worker import (
     run_helper,
 )
 
-__all__ = ["anneal_path"]
+__all__ = ["FINISH_S_PER_NODE", "anneal_path"]
+
+FINISH_S_PER_NODE = 4e-5
+"""Seconds per node of the graph that the search leaves before the time limit for what follows it (the
+schedule, plan and simulation of the best plan: 2.1 to 2.5 s on the 100,000-node GPT, more on loaded
+cores: with 3 s a converged solve returned after 30.3 s). (docs/tuning.md)"""
 
 
 def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart | None) -> Outcome:
     """Race annealing chains, the baselines (unless the option ``warm_start`` is false) and the lower bound;
     keep the best. This path runs the baselines itself, so it is never given a warm start (``_warm``)."""
+    finish_s = FINISH_S_PER_NODE * graph.size
+    ctx = ctx.within(max(0.0, ctx.remaining_s() - finish_s))
     pool = _Pool(graph, budget, ctx)
     first = ("baselines", "bound") if ctx.limits.options.get("warm_start", True) else ("bound",)
     helpers = [
@@ -80,7 +93,7 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
         for helper in helpers:
             helper.stop()
         for helper in helpers:
-            helper.join()
+            helper.join(ctx.remaining_s())
     pool.flush()
     outcome = pool.outcome()
     if not outcome.found:
@@ -211,9 +224,10 @@ class _Helper:
         """Ask the helper to stop (it is killed ``GRACE_S`` later at the latest, by :meth:`join`)."""
         self.stopper.stop()
 
-    def join(self) -> None:
-        """Wait for the helper to end, killing it once the grace period after its stop has passed."""
-        if not self.child.wait(self.stopper.grace_left()):
+    def join(self, left_s: float = math.inf) -> None:
+        """Wait for the helper to end, killing it once the grace period after its stop has passed, or
+        once ``left_s`` seconds have (the search's time left: at once when none is)."""
+        if not self.child.wait(min(self.stopper.grace_left(), left_s)):
             self.stopper.kill()
             if not self.child.started:
                 self.pool.note(f"helper {self.seed} did not start")

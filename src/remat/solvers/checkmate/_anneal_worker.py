@@ -12,6 +12,8 @@ tasks and sends what they find:
   is small enough, the MIP bound (within :data:`MIP_SHARE`) once the LP bound accounts for the
   share ``explained`` of the best plan's overhead and is within :data:`MIP_WITHIN` of its cost
   (``explained`` 0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
+- on a graph of :data:`BOUND_FIRST_NODES` nodes or more, the LP bounds come before the baselines, and
+  their rungs start at one stage (:data:`LARGE_LP_ROWS`) and may take the whole time limit;
 - ``anneal``: a :class:`ChainBest` for each new best of an annealing chain (from the best
   baseline, when one fits).
 
@@ -35,9 +37,9 @@ from ..bounds import overloaded_stages, retention_bound
 from ..search import Annealer
 from ._windows import prove_infeasible
 
-__all__ = ["LP_COLUMNS", "LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE", "MIP_WHEN_EXPLAINED", "MIP_WITHIN",
-           "WINDOW_SHARE", "BaselineFound", "BestCost", "BoundFound", "ChainBest", "HelperRequest", "Note",
-           "WindowInfeasible", "mip_worth_it", "run_helper", "run_tasks"]
+__all__ = ["BOUND_FIRST_NODES", "LARGE_LP_ROWS", "LP_COLUMNS", "LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE",
+           "MIP_WHEN_EXPLAINED", "MIP_WITHIN", "WINDOW_SHARE", "BaselineFound", "BestCost", "BoundFound",
+           "ChainBest", "HelperRequest", "Note", "WindowInfeasible", "mip_worth_it", "run_helper", "run_tasks"]
 
 WINDOW_SHARE = 0.75
 """Share of the time limit the proof may spend (the chains search for a plan meanwhile). (docs/tuning.md)"""
@@ -54,6 +56,18 @@ graphs at 0.9 to 0.5 of their peaks, the bound rises up to one rung and falls af
 rise again: the rungs after the first that falls, which can take longer than a whole converged solve
 (the 48-step LSTM, the 12-block GPT: benchmarks/LOG.md, 2026-11-25 01:00 UTC), are not solved. The
 MIP bound keeps the rows of the rung that gave the best. (docs/tuning.md)"""
+
+BOUND_FIRST_NODES = 20_000
+"""Graphs of this many nodes or more get their LP bound before the baselines: there the baselines take
+longer than a 30-s solve (the 100,000-node GPT: not done after 23 s), and the solve process's chain (from
+the repeated blocks, or its descent) gives the first plan anyway. (docs/tuning.md)"""
+
+LARGE_LP_ROWS = (1, *LP_ROWS)
+"""The rungs on such graphs: one stage first, whose relaxation is the smallest (the 100,000-node GPT at
+0.5: 85,000 columns, an LP bound of 7.9 % in 9 s, while 4 stages take 341,000, over
+:data:`LP_COLUMNS`). Their LPs may take the whole time limit rather than :data:`LP_SHARE` of it: the
+helper has nothing quicker to do there, and on 2 loaded cores that LP was not solved within 15 s of a
+30-s solve. (docs/tuning.md)"""
 
 LP_COLUMNS = 200_000
 """Largest relaxation (in columns) solved as an LP: on the 7,956-node GPT, 16 stages (127,000 columns)
@@ -165,6 +179,8 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
     :data:`MIP_SHARE` of the time limit.
     """
     started = time.monotonic()
+    large = graph.size >= BOUND_FIRST_NODES
+    lp, rows = _lp_bound(graph, budget, ctx, send, LARGE_LP_ROWS, 1.0) if "bound" in tasks and large else (None, None)
     baseline = None
     if "baselines" in tasks:
         baseline = best_baseline(graph, budget, ctx)
@@ -180,7 +196,8 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
         if window is not None:
             send(WindowInfeasible(window.start, window.stop - 1))
             return
-    lp, rows = _lp_bound(graph, budget, ctx, send) if "bound" in tasks else (None, None)
+    if "bound" in tasks and not large:
+        lp, rows = _lp_bound(graph, budget, ctx, send, LP_ROWS, LP_SHARE)
     mip_wanted = lp is not None
 
     def mip_due(_: Annealer | None = None) -> bool:
@@ -221,13 +238,14 @@ def mip_worth_it(best: float, lp: float, base_cost: float, explained: float) -> 
     return 0 < overhead <= (lp - base_cost) / explained and best - lp <= MIP_WITHIN * best
 
 
-def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send) -> tuple[float | None, int | None]:
-    """The best LP bound over the rungs of :data:`LP_ROWS` solved within :data:`LP_SHARE` of the time
+def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send,
+              rungs: tuple[int | None, ...], share: float) -> tuple[float | None, int | None]:
+    """The best LP bound over the ``rungs`` (stages of each LP) solved within the ``share`` of the time
     limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further)."""
-    deadline = time.monotonic() + LP_SHARE * ctx.limits.time_limit_s
+    deadline = time.monotonic() + share * ctx.limits.time_limit_s
     overloaded = overloaded_stages(graph, budget)
     best, best_rows = None, None
-    for rows in dict.fromkeys(None if k is None or k >= overloaded else k for k in LP_ROWS):
+    for rows in dict.fromkeys(None if k is None or k >= overloaded else k for k in rungs):
         left = min(ctx.remaining_s(), deadline - time.monotonic())
         if ctx.stopped() or left <= 0:
             break

@@ -7,7 +7,10 @@ block has in the whole graph (checkpoint-all's peak grows by the same amount per
 Its plan is then composed back: the computations of the kept blocks and of the rest of the graph
 map to the same nodes of the whole graph, and those of one kept block (the *template*, next to the
 cut) to every block that was cut out, node for node. While the composed plan peaks over the budget,
-the short graph's budget is lowered by the excess per block and solved again, a few times at most.
+the short graph's budget is lowered by the excess per block and solved again, a few times at most,
+each solve from the short plan before it (the 100,000-node GPT at 0.5 of its peak: a composed plan
+at 10.0 % overhead, against 17.4 % from solves that each start afresh: at the tighter budgets a
+fresh chain of 20,000 moves stops far from where the one before it had got).
 
 The composed plan is a starting state for the annealer over the whole graph, which polishes it
 globally; like every plan it is judged by its timeline (the simulator's peak and cost), never by the
@@ -174,6 +177,8 @@ def composed_start(graph: Graph, budget: int, ctx: SolveContext, annealer: Annea
     for _ in range(TRIES):
         small_budget = max(small.min_feasible_budget, int(target))
         solver = Annealer(small, small_budget, seed=0)
+        if plans:
+            solver.adopt(plans[-1][2])
         solver.run(ctx.detached(min(SOLVE_S, ctx.remaining_s() / 5)), max_moves=MOVES)
         if ctx.stopped() or solver.best is None:
             break
