@@ -106,7 +106,7 @@ def _ddp(rank: int, world: int) -> dict[str, Any]:
     planned = wrapped.module.plans[-1]
 
     model = _model()
-    remat = backend(activation_budget=0.8, progress=False, cache=False)
+    remat = backend(activation_budget=0.9, progress=False, cache=False)
     compiled = torch.compile(DDP(model, bucket_cap_mb=BUCKET_MB), backend=remat, dynamic=False)
     compiled_grads = _train(compiled, model, rank, 3)
 
