@@ -103,11 +103,12 @@ def test_a_convnet_holds_its_plan_by_the_allocators_count_its_convolutions_works
     model = transformers.ConvNextForImageClassification(config).train()
     batch = {"pixel_values": torch.randn(4, 3, 32, 32), "labels": torch.randint(0, 10, (4,))}
     rm = rematerialize(model, batch, activation_budget=0.95)
-    planned = rm.plans[0]
-    assert any(p.op == "workspace of aten.convolution_backward.default" for p in planned.joint.producers)
-    _step(rm, batch)
-    model.zero_grad(set_to_none=True)
+    for _ in range(2):  # the first step sets config.problem_type, so the second compiles the step again
+        _step(rm, batch)
+        model.zero_grad(set_to_none=True)
     by_allocator = allocator_peak(lambda: _step(rm, batch))
+    planned = rm.plans[-1]
+    assert any(p.op == "workspace of aten.convolution_backward.default" for p in planned.joint.producers)
     assert planned.joint.resident_memory + by_allocator <= planned.simulation.peak_memory <= planned.budget
 
 
