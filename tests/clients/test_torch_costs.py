@@ -140,6 +140,13 @@ def test_a_kernels_workspace_is_a_node_its_op_reads_and_small_ones_are_fixed_mem
     assert 0 < joint.fixed["small_workspaces"] < WORKSPACE_NODE_BYTES  # batch norm's per-channel scratch
 
 
+def test_under_a_running_profiler_the_capture_goes_on_without_workspaces_and_says_so():
+    model, inputs, loss_fn = MODELS["resnet"](batch_size=4)
+    with torch.profiler.profile(), pytest.warns(UserWarning, match="profiler, which is running"):
+        joint, _ = capture(model, inputs, loss_fn=loss_fn)
+    assert not any(p.workspace_of for p in joint.producers) and joint.fixed["small_workspaces"] == 0
+
+
 def test_time_call_reports_a_median_of_the_runs():
     calls = []
     t = time_call(lambda: calls.append(1), device=torch.device("cpu"), repeats=5, warmup=2)

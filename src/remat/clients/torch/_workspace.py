@@ -100,9 +100,9 @@ def _signature(node: fx.Node) -> Hashable:
 
 
 class _OpRun:
-    """The op of one node, run on new tensors laid out as the traced ones it reads (random floats, zero
-    integers): ``make`` them, ``run`` it (as often as wanted), ``drop`` them. An op that fails on them
-    (one that reads values, not only shapes) is not ``ran``."""
+    """The op of one node, run on new tensors laid out as the traced ones it reads (floats drawn in [0, 1), which
+    probabilities and losses accept; zero integers): ``make`` them, ``run`` it (as often as wanted), ``drop``
+    them. An op that fails on them (one that reads values, not only shapes) is not ``ran``."""
 
     def __init__(self, node: fx.Node) -> None:
         self.node = node
@@ -137,7 +137,7 @@ def _like(val: torch.Tensor) -> torch.Tensor:
     """A new tensor laid out as ``val``, its whole storage filled (expanded layouts alias their elements)."""
     t = torch.empty_strided(tuple(val.shape), val.stride(), dtype=val.dtype, device=val.device)
     storage = torch.empty(0, dtype=val.dtype, device=val.device).set_(t.untyped_storage())
-    storage.normal_() if storage.is_floating_point() or storage.is_complex() else storage.zero_()
+    storage.uniform_() if storage.is_floating_point() or storage.is_complex() else storage.zero_()
     return t
 
 
