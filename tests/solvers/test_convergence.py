@@ -105,7 +105,8 @@ def test_a_solve_stops_when_converged_unless_told_to_run_to_its_limit() -> None:
     assert by_default.status is ResultStatus.FEASIBLE and "stopped when converged" in by_default.log[-1]
     started = time.monotonic()
     to_the_limit = solve(graph, budget_ratio=0.8, time_limit_s=4, convergence=None)
-    assert time.monotonic() - started >= 4
+    # The search leaves a few milliseconds per thousand nodes before the limit to simulate its best plan.
+    assert time.monotonic() - started >= 3.9
     assert to_the_limit.status is ResultStatus.FEASIBLE
     assert not any("stopped when converged" in line for line in to_the_limit.log)
 
