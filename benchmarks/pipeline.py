@@ -2,7 +2,8 @@
 
 A GPT of 8 blocks (tests/torch_models.py, no dropout) is cut into 4 stages of 2 blocks, one per gloo
 process on the CPU, and trained with ``torch.distributed.pipelining``'s ``Schedule1F1B`` over 8
-micro-batches. First every block runs under ``torch.utils.checkpoint`` (the uniform policy); the
+micro-batches, as a training loop runs it: ``return_outputs=False`` (with the default, the last stage keeps
+every micro-batch's output until the step ends, which no plan of one micro-batch sees). First every block runs under ``torch.utils.checkpoint`` (the uniform policy); the
 per-rank budget is 1.5 times (``--budget-scale``) the largest step peak of its ranks (one device size
 for all). Then each stage is
 ``rematerialize()``-d with that budget and ``in_flight`` = 4 - stage (the micro-batches 1F1B has it hold
@@ -12,7 +13,7 @@ median CPU time (one intra-op thread per process) and, for remat, the plans it m
 stage remat refuses runs without it (its row says so), so that the other stages can still be measured.
 
     python benchmarks/pipeline.py                       # 4 ranks, a budget of 1.5x checkpointing's peak
-    python benchmarks/pipeline.py --budget-scale 1      # at checkpointing's peak: the first stage is refused
+    python benchmarks/pipeline.py --budget-scale 1      # at checkpointing's peak
 """
 
 from __future__ import annotations
@@ -81,11 +82,11 @@ def _measure(rank: int, module: nn.Module, params: nn.Module, steps: int) -> dic
     def step() -> None:
         params.zero_grad(set_to_none=True)
         if rank == 0:
-            schedule.step(ids)
+            schedule.step(ids, return_outputs=False)
         elif rank == STAGES - 1:
-            schedule.step(target=torch.roll(ids, -1, dims=1))
+            schedule.step(target=torch.roll(ids, -1, dims=1), return_outputs=False)
         else:
-            schedule.step()
+            schedule.step(return_outputs=False)
 
     step()
     params.zero_grad(set_to_none=True)

@@ -40,9 +40,10 @@ from ._costs import node_costs
 from ._data_parallel import data_parallel_bucket_bytes
 from ._errors import CaptureError, PlanRejected, through_torch_compile
 from ._fully_sharded import fully_sharded_bytes, resharded_bytes
+from ._in_flight import RESERVE, held_at_split, micro_batch_bytes, reserve_bytes, with_reserve
 from ._inductor_order import INDUCTOR_CONFIG
 from ._joint import ENGINE, InputKind, JointGraph, describe
-from ._lower import boxed_compiler, lower, split_point
+from ._lower import boxed_compiler, lower
 from ._modes import under_modes_set_aside
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
 from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
@@ -56,8 +57,9 @@ COMPILERS = ("eager", "inductor")
 """How the planned graphs run: op for op as planned, or compiled by Inductor."""
 
 IN_FLIGHT_ROUNDS = 6
-"""Solves of one graph planned for several micro-batches in flight: the budget as given, then bisection steps
-towards the largest budget whose plan fits beside the others' saved values. (docs/tuning.md)"""
+"""Solves of one graph planned for several micro-batches in flight: the budget as given, then one for each of
+``IN_FLIGHT_ROUNDS - 1`` bounds on what one micro-batch saves, evenly spaced below what the first plan saves.
+(docs/tuning.md)"""
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,26 @@ class PlannedGraph:
 
     asked: int
     """The bytes the step's budget left this graph (what a copy of the backend asks again for it)."""
+    captured_sha256: str
+    """The hash of the graph as captured: ``graph``'s, unless a reserve for other micro-batches in flight was added
+    to it (:mod:`._in_flight`)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PlannedGraph:
         """Itself: a plan made is a record that does not change, which copies share (its joint graph included)."""
         return self
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """A plan checked on the graph it was solved for (the captured one, or it with a reserve)."""
+
+    joint: JointGraph
+    graph: Graph
+    result: ResultDocument
+    source: str
+    plan: Plan
+    simulation: Simulation
+    budget: int
 
 
 class RematBackend:
@@ -140,7 +158,7 @@ class RematBackend:
         """A copy (deep or unpickled) compiles its graphs again: one planned before (the same graph at the same
         budget) follows the plan it had, which it replaces in ``planned``, without solving again."""
         self.__dict__.update(state)
-        self._inherited = {(p.graph.sha256, p.asked): p for p in self.planned}
+        self._inherited = {(p.captured_sha256, p.asked): p for p in self.planned}
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         try:
@@ -210,70 +228,83 @@ class RematBackend:
         held = 0 if self.whole_steps else sum(b for f, b in self._held.items() if f != frame)
         asked = self.budget.bytes_for(graph, joint, held_elsewhere=held)
         transfer = transfer_for(self.transfer, graph, joint)
-        inherited = self._inherited.pop((graph.sha256, asked), None)
+        captured = graph.sha256
+        inherited = self._inherited.pop((captured, asked), None)
         if inherited is not None:
-            solved, source, budget = inherited.result, inherited.source, inherited.budget
-            plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
-                                            host_budget=self.planner.host_budget)
+            reserve = inherited.joint.index[RESERVE].memory if RESERVE in inherited.joint.index else 0
+            planned = self._check(inherited.result, inherited.source, inherited.budget, transfer,
+                                  *_reserved(joint, graph, reserve))
         else:
-            solved, source, plan, simulation, budget = self._plan_in_flight(graph, joint, asked, transfer)
-        result = solved
+            planned = self._plan_in_flight(graph, joint, asked, transfer)
+        joint, graph, result, plan, simulation = planned.joint, planned.graph, planned.result, planned.plan, \
+            planned.simulation
         if plan.has_transfers and self.compiler != "eager":
             raise PlanRejected(f"The plan copies values to host memory and back, which only compiler='eager' runs "
                                f"(Inductor places its own frees); use compiler='eager', or no transfer with "
                                f"compiler={self.compiler!r}.")
         if self.compiler == "inductor":
-            result, plan, simulation = _random_ops_once(graph, joint, solved, plan, simulation, budget)
+            result, plan, simulation = _random_ops_once(graph, joint, result, plan, simulation, planned.budget)
         # every graph of the step counts what the engine that runs it holds (DDP's buckets, FSDP2's): held once
-        self._held[frame] = _at_split(joint, graph, plan, simulation) - sum(joint.fixed[k] for k in ENGINE) - resharded
-        self._record(PlannedGraph(joint, graph, result, plan, simulation, budget, source, asked), replacing=inherited)
+        self._held[frame] = held_at_split(joint, graph, plan, simulation) - sum(joint.fixed[k] for k in ENGINE) \
+            - resharded
+        self._record(PlannedGraph(joint, graph, result, plan, simulation, planned.budget, planned.source, asked,
+                                  captured), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
 
-    def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int,
-                        transfer: Transfer | None) -> tuple[ResultDocument, str, Plan, Simulation, int]:
-        """The result, its source, plan and simulation, and the budget it was solved for: within ``budget`` with
-        the saved values of the other micro-batches in flight (:attr:`Budget.in_flight`). Those depend on the
-        plan, so the budget the graph is solved for is searched by bisection: the largest one whose plan fits
-        beside the others."""
-        assert self.budget is not None and self.planner is not None
-        others, low, high = self.budget.in_flight - 1, graph.min_feasible_budget, budget
-        found, why = None, ""
-        for attempt in range(IN_FLIGHT_ROUNDS if others else 1):
-            graph_budget = high if attempt == 0 else (low + high) // 2
-            try:
-                planned = self._solve(graph, joint, graph_budget, transfer)
-            except PlanRejected as refused:
-                if attempt == 0:  # no plan for one micro-batch alone: none for several
-                    raise
-                low, why = graph_budget, str(refused)
+    def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None) -> _Solved:
+        """The graph's plan within ``budget`` beside the saved values of the other micro-batches in flight
+        (:attr:`Budget.in_flight`). Where the plan for the whole budget saves too much for them, the graph is solved
+        again with a reserve (:mod:`._in_flight`) for each of a few bounds on what one micro-batch saves, within
+        what the others then leave; the cheapest plan that fits beside them is kept."""
+        assert self.budget is not None
+        others = self.budget.in_flight - 1
+        # no plan for one micro-batch alone: none for several
+        first = self._solve(joint, graph, budget=budget, transfer=transfer)
+        saved = micro_batch_bytes(first.joint, first.graph, first.plan, first.simulation)
+        if others == 0 or first.simulation.peak_memory + others * saved <= budget:
+            return first
+        found: _Solved | None = None
+        why = (f"a plan within {format_size(budget)} peaks at {format_size(first.simulation.peak_memory)} "
+               f"and the others save {format_size(others * saved)}.")
+        for k in range(IN_FLIGHT_ROUNDS - 1, 0, -1):
+            bound = saved * k // IN_FLIGHT_ROUNDS
+            peak = budget - others * bound
+            if peak < graph.min_feasible_budget:
                 continue
-            _, _, plan, simulation, _ = planned
-            held = others * _micro_batch_bytes(joint, graph, plan, simulation)
-            if others == 0 or simulation.peak_memory + held <= budget:
-                found, low = planned, graph_budget
-                if attempt == 0:
-                    break
-            else:
-                high = graph_budget
-                why = (f"a plan within {format_size(graph_budget)} peaks at {format_size(simulation.peak_memory)} "
+            try:
+                planned = self._solve(*_reserved(joint, graph, reserve_bytes(joint, peak=peak, saved=bound)),
+                                      budget=peak, transfer=transfer)
+            except PlanRejected as refused:
+                why = str(refused)
+                continue
+            held = others * micro_batch_bytes(planned.joint, planned.graph, planned.plan, planned.simulation)
+            if planned.simulation.peak_memory + held > budget:
+                why = (f"a plan within {format_size(peak)} peaks at {format_size(planned.simulation.peak_memory)} "
                        f"and the others save {format_size(held)}.")
+            elif found is None or planned.simulation.cost < found.simulation.cost:
+                found = planned
         if found is None:
             raise PlanRejected(f"No plan holds {others + 1} micro-batches in flight within {format_size(budget)}: "
                                f"{why} Raise the budget, or plan for fewer micro-batches in flight.")
         return found
 
-    def _solve(self, graph: Graph, joint: JointGraph, budget: int,
-               transfer: Transfer | None) -> tuple[ResultDocument, str, Plan, Simulation, int]:
-        """The result for ``graph`` within ``budget``, checked (PlanRejected unless it fits): its source, plan,
-        simulation and budget (for a graph of a split step under a fraction, the least it can hold)."""
+    def _solve(self, joint: JointGraph, graph: Graph, *, budget: int, transfer: Transfer | None) -> _Solved:
+        """The plan for ``graph`` within ``budget``, checked (PlanRejected unless it fits), with the budget it was
+        solved for (for a graph of a split step under a fraction, the least it can hold)."""
         assert self.planner is not None
         solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
         if self._leanest_will_do and solved.status not in FITTING_STATUSES and solved.smallest_peak:
             budget = solved.smallest_peak
             solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
-        plan, simulation = check_result(graph, solved, budget=budget, joint=joint, transfer=transfer,
+        return self._check(solved, source, budget, transfer, joint, graph)
+
+    def _check(self, result: ResultDocument, source: str, budget: int, transfer: Transfer | None, joint: JointGraph,
+               graph: Graph) -> _Solved:
+        """``result`` simulated on ``graph`` as run (PlanRejected unless it fits ``budget``)."""
+        assert self.planner is not None
+        plan, simulation = check_result(graph, result, budget=budget, joint=joint, transfer=transfer,
                                         host_budget=self.planner.host_budget)
-        return solved, source, plan, simulation, budget
+        return _Solved(joint, graph, result, source, plan, simulation, budget)
 
     @property
     def _leanest_will_do(self) -> bool:
@@ -311,17 +342,13 @@ class RematBackend:
         return self._measured[structure]
 
 
-def _at_split(joint: JointGraph, graph: Graph, plan: Plan, simulation: Simulation) -> int:
-    """Bytes the step holds when its backward starts: what its forward saves, and the fixed memory."""
-    steps = [(op, graph.nodes[v].id) for op, v in plan.steps]
-    return int(simulation.timeline[split_point(joint, steps) - 1])
-
-
-def _micro_batch_bytes(joint: JointGraph, graph: Graph, plan: Plan, simulation: Simulation) -> int:
-    """Bytes one micro-batch holds between its forward and its backward: what the step holds when its backward
-    starts, less what every micro-batch shares (state, gradients, DDP's buckets, the backward's own tangents)."""
-    shared = sum(joint.fixed[k] for k in ("parameters", "buffers", "constants", "gradients", "tangents", *ENGINE))
-    return _at_split(joint, graph, plan, simulation) - shared
+def _reserved(joint: JointGraph, graph: Graph, nbytes: int) -> tuple[JointGraph, Graph]:
+    """``joint`` and ``graph`` with a reserve of ``nbytes`` for other micro-batches in flight (none for 0)."""
+    if not nbytes:
+        return joint, graph
+    reserved = with_reserve(joint, nbytes)
+    return reserved, reserved.to_graph({**{n.id: n.cost for n in graph.nodes}, RESERVE: 0.0},
+                                       cost_unit=graph.cost_unit)
 
 
 class _Partition:

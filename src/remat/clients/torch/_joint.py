@@ -100,12 +100,21 @@ class Producer:
     workspace_of: str | None = None
     """For the workspace of an op's kernel (:mod:`._workspace`): the op's producer, which reads it. It holds
     no tensor: its bytes are what the kernel allocates and frees inside while it runs."""
+    reserve: bool = False
+    """For bytes held back where the backward starts, for the other micro-batches in flight (:mod:`._in_flight`):
+    it holds no tensor, and bounds what the forward may save."""
+
+    @property
+    def holds_no_tensor(self) -> bool:
+        """Whether it stands for bytes no tensor of the step holds (a kernel's workspace, a reserve): a plan counts
+        them, and running the plan computes, frees or moves nothing for it."""
+        return self.workspace_of is not None or self.reserve
 
     @property
     def runs_an_op(self) -> bool:
-        """Whether computing it runs an op of its own; the others take an output out of one, stand for a
-        kernel's workspace, or mark the end of the forward or of the step, at no cost."""
-        return self.output_of is None and self.workspace_of is None and self.name not in MARKERS
+        """Whether computing it runs an op of its own; the others take an output out of one, stand for bytes no
+        tensor holds, or mark the end of the forward or of the step, at no cost."""
+        return self.output_of is None and not self.holds_no_tensor and self.name not in MARKERS
 
 
 @dataclass(frozen=True)

@@ -223,8 +223,8 @@ class _Phase:
             if op == "compute":
                 self._flush_frees()
                 self._transfers_due(k)
-            if self.joint.index[name].workspace_of is not None:
-                continue  # a kernel's workspace: its op allocates and frees it, nothing to compute, free or move
+            if self.joint.index[name].holds_no_tensor:
+                continue  # a kernel's workspace or a reserve: nothing to compute, free or move
             if name in MARKERS:  # computes nothing; what it reads is returned from where it lives
                 if name == STEP_END and op == "compute":
                     self._capture_gradients()
