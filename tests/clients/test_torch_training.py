@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import html
+from pathlib import Path
 
+import httpx
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -29,7 +32,9 @@ from remat.schedules import (  # noqa: E402
     InvalidRequest,
     Plan,
     Schedule,
+    by_module,
     checkpoint_all_schedule,
+    format_size,
     plan_from_schedule,
     recompute_closure,
     simulate,
@@ -341,8 +346,15 @@ def test_plans_come_from_a_remat_service_too(tmp_path):
         ref = copy.deepcopy(model)
         rm = rematerialize(model, inputs, budget=budget, strategy="linearized-greedy", server=url, loss_fn=loss_fn,
                            cache=False, time_limit_s=30)
+        (job,) = httpx.get(f"{url}/v1/jobs").json()["jobs"]
+        page = html.unescape(httpx.get(f"{url}/dashboard/jobs/{job['id']}").text)
     finally:
         procs.stop_all()
+    explained = rm.explain()  # the dashboard's page reads the plan as explain() does: by module, line and fate
+    assert explained.read.again and explained.live_at_peak
+    for group in (*by_module(explained.live_at_peak)[:3], *by_module(explained.read.again)[:3]):
+        assert f"<code>{group.module or '(the step)'}</code>" in page and format_size(group.bytes) in page
+        assert all(f"<td>{v.line}</td><td><code>{v.op}</code></td>" in page for v in group.values[:8])
     local = rematerialize(ref, inputs, budget=budget, strategy="linearized-greedy", loss_fn=loss_fn, cache=False)
     assert rm.result.plan == local.result.plan and rm.simulation.peak_memory <= budget
     _train_side_by_side(model, copy.deepcopy(ref), rm, inputs, loss_fn)
@@ -489,7 +501,7 @@ def test_a_loss_that_keeps_its_unreduced_buffer_is_counted_whole(loss):
     assert rm.fixed["outputs"] == x.numel() * 4  # the loss's storage
 
 
-def test_explain_says_what_is_live_at_the_peak_and_what_is_recomputed_by_module():
+def test_explain_says_what_is_live_at_the_peak_and_what_is_recomputed_by_module(tmp_path: Path):
     model, inputs, loss_fn = _model("gpt")
     rm = rematerialize(model, inputs, activation_budget=0.65, loss_fn=loss_fn, strategy="linearized-greedy")
     grads, buffers = [p.grad for p in model.parameters()], [b.clone() for b in model.buffers()]
@@ -502,12 +514,17 @@ def test_explain_says_what_is_live_at_the_peak_and_what_is_recomputed_by_module(
     assert sum(v.bytes for v in planned.live_at_peak) <= planned.planned_peak
     text = str(planned)
     assert "Live at the planned peak" in text and f"{len(recomputed)} of {len(planned.values)} values" in text
+    assert 'data-series="planned"' in planned.plot() and 'data-series="measured"' not in planned.plot()
 
     measured = rm.explain(*inputs)  # one step measured: the plan's peak, the model left as it was
     assert measured.measured is not None
     slack = rm.fixed["rng_states"]
     assert measured.planned_peak - slack <= measured.measured.peak <= measured.planned_peak
     assert "Measured on one step" in str(measured)
+    svg = measured.plot(tmp_path / "step.svg")
+    assert (tmp_path / "step.svg").read_text() == svg
+    assert 'data-series="planned"' in svg and 'data-series="measured"' in svg
+    assert f"measured: peak {format_size(measured.measured.peak)}" in svg
     assert [p.grad for p in model.parameters()] == grads
     assert all(torch.equal(b, c) for b, c in zip(model.buffers(), buffers, strict=True))
 

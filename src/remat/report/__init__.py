@@ -5,7 +5,8 @@ overhead-against-budget step curve and the result grid; :mod:`._job_view`: R/S h
 the plan, plan statistics; :mod:`._max_batch_view`: the largest batch of each strategy as bars),
 rendered with Jinja2 (:mod:`._render`) and drawn in the browser by the vendored Plotly bundle
 (:mod:`._assets`). The service's dashboard (:mod:`remat.service.dashboard`) serves these pages live;
-``remat compare`` prints the table and writes the offline report.
+``remat compare`` prints the table and writes the offline report. :mod:`._svg` draws memory over a step as
+one SVG file, with no browser (the PyTorch client's ``Explanation.plot``).
 """
 
 from ._assets import ASSETS, PLOTLY_VERSION, Asset
@@ -24,6 +25,7 @@ from ._render import (
     render_sweep,
     sweep_update,
 )
+from ._svg import memory_svg
 from ._sweep_view import (
     SweepCell,
     SweepView,
@@ -54,6 +56,7 @@ __all__ = [
     "max_batch_rows",
     "max_batch_update",
     "memory_envelope",
+    "memory_svg",
     "plan_stats",
     "render_index",
     "render_job",

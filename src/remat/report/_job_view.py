@@ -1,6 +1,8 @@
 """The data behind a job's page: its schedule as R/S heat maps, memory over the plan against the budget,
 and the plan's statistics (recomputations per node, arena size); for a plan with transfers, its streams
-and memory over time instead (:mod:`._streams_view`).
+and memory over time instead (:mod:`._streams_view`). For a graph from the PyTorch client, whose nodes say
+which module and source line made them, the values live at the peak and those recomputed or offloaded, by
+module (:class:`remat.schedules.PlanValues`, as ``m.explain()`` reads a plan).
 
 Everything is recomputed from the result's plan by the simulator and :func:`remat.schedules.layout_plan`,
 so the page shows what the plan does, not what a solver claimed. Big inputs are reduced on the server so
@@ -21,12 +23,16 @@ import numpy as np
 from remat.schedules import (
     Graph,
     InvalidResult,
+    ModuleValues,
     Plan,
+    PlanValues,
     ScheduleEntries,
     Simulation,
     Transfer,
+    by_module,
     byte_unit,
     format_size,
+    has_sources,
     layout_plan,
     simulate,
 )
@@ -117,6 +123,11 @@ class PlanStats:
     host_peak_memory: int = 0
     peak_time: float | None = None
     """When device memory reached its peak, for a plan with transfers (which runs in time)."""
+    live_by_module: tuple[ModuleValues, ...] = ()
+    """For a graph whose nodes say which module and source line made them (the PyTorch client's): the values live
+    at the peak, by module, the most bytes first (as ``m.explain()`` reads the plan)."""
+    again_by_module: tuple[ModuleValues, ...] = ()
+    """For such a graph: the values recomputed or offloaded, by module."""
 
     @property
     def timed(self) -> bool:
@@ -125,8 +136,8 @@ class PlanStats:
 
 
 def plan_stats(graph: Graph, plan: Plan, sim: Simulation, transfer: Transfer | None = None) -> PlanStats:
-    """Statistics of ``plan`` (already simulated as ``sim``, with ``transfer`` if it has copies): its copies and
-    its arena layout."""
+    """Statistics of ``plan`` (already simulated as ``sim``, with ``transfer`` if it has copies): its copies, its
+    arena layout and, for a graph that says which module made each value, its values by module."""
     extra = sim.compute_counts - 1
     extra_cost = extra * graph.cost
     order = sorted(np.flatnonzero(extra > 0).tolist(), key=lambda v: (-extra_cost[v], -extra[v]))[:TOP_NODES]
@@ -136,6 +147,9 @@ def plan_stats(graph: Graph, plan: Plan, sim: Simulation, transfer: Transfer | N
                       arena_size=layout.arena_size, activation_peak=layout.activation_peak,
                       efficiency=layout.efficiency,
                       top=tuple((graph.nodes[v].id, int(extra[v]), float(extra_cost[v])) for v in order))
+    if has_sources(graph):
+        read = PlanValues.of(graph, plan, sim)
+        stats = replace(stats, live_by_module=by_module(read.live_at_peak), again_by_module=by_module(read.again))
     if sim.timing is not None:
         return replace(stats, offloads=len(sim.timing.stream("offload")), reloads=len(sim.timing.stream("reload")),
                        host_peak_memory=sim.host_peak_memory, peak_time=sim.timing.spans[sim.peak_step].start)

@@ -33,6 +33,7 @@ from ._schedule import (
 )
 from ._simulate import Simulation, Span, Timing, simulate, simulate_schedule
 from ._transfer import TRANSFER_PROFILES, LinkProfile, Transfer
+from ._values import ModuleValues, PlanValue, PlanValues, by_module, has_sources
 
 __all__ = [
     "BINARY_UNITS",
@@ -53,9 +54,12 @@ __all__ = [
     "Kind",
     "Layout",
     "LinkProfile",
+    "ModuleValues",
     "Node",
     "Op",
     "Plan",
+    "PlanValue",
+    "PlanValues",
     "RematError",
     "Schedule",
     "ScheduleEntries",
@@ -66,10 +70,12 @@ __all__ = [
     "Timing",
     "Transfer",
     "UnknownStrategy",
+    "by_module",
     "byte_unit",
     "checkpoint_all_plan",
     "checkpoint_all_schedule",
     "format_size",
+    "has_sources",
     "layout_plan",
     "parse_size",
     "plan_from_schedule",

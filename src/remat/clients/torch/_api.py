@@ -143,7 +143,8 @@ class RematModule(nn.Module):
         Given a batch (the step's arguments), one step on it is also measured (on the CPU, to the byte)
         and set beside the plan made for it, saying which values were live where the measured peak is
         over the plan's; the backward starts from the loss, else from every output. The model is left as
-        it was: gradients, buffers and the random state are put back.
+        it was: gradients, buffers and the random state are put back. ``plot()`` of the result draws memory
+        over the step, planned against measured, as SVG.
         """
         def latest() -> PlannedGraph:
             return self.backend.planned[-1]

@@ -4,55 +4,38 @@
 made it, with its bytes, its cost and its fate (kept, recomputed, offloaded), and what is live at the
 planned peak. Given one batch, it also runs the step once under :class:`~._measure.LiveBytes` and sets
 the measured peak beside the planned one; where the measured peak is higher, it says which ops' outputs
-were live there. The model is left as it was: gradients, buffers and the random state are put back.
+were live there; :meth:`Explanation.plot` draws both timelines as SVG. The model is left as it was:
+gradients, buffers and the random state are put back. The values are read by
+:class:`remat.schedules.PlanValues` from the module and line the capture wrote into the graph's node
+metadata, as the dashboard's job page reads them.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import fx, nn
+from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from remat.schedules import format_size
+from remat.report import memory_svg
+from remat.schedules import PlanValue, PlanValues, format_size
 
 from ._backend import PlannedGraph
 from ._joint import MARKERS
 from ._measure import LiveBytes
 
-__all__ = ["Explanation", "Measured", "Value", "backward_starts", "explain"]
+__all__ = ["Explanation", "Measured", "backward_starts", "explain"]
 
 TOP = 12
 """Rows a table of the explanation shows (the largest values first)."""
-
-
-@dataclass(frozen=True)
-class Value:
-    """One value of the planned step: who made it and what the plan does with it."""
-
-    name: str
-    op: str
-    module: str
-    """The module path that made it (``transformer.h.0.attn``), or "" where the trace does not say."""
-    line: str
-    """The innermost source line that made it (``modeling_gpt2.py:276``), or ""."""
-    kind: str
-    bytes: int
-    cost: float
-    computes: int
-    offloads: int
-
-    @property
-    def fate(self) -> str:
-        """``kept`` (computed once), ``recomputed xN`` or ``offloaded`` (and recomputed, if so)."""
-        fate = "kept" if self.computes <= 1 else f"recomputed x{self.computes - 1}"
-        return f"offloaded, {fate}" if self.offloads else fate
 
 
 @dataclass(frozen=True)
@@ -72,11 +55,19 @@ class Explanation:
     """What :func:`explain` found: ``str()`` of it is the report; the parts are here for a program."""
 
     planned: PlannedGraph
-    values: tuple[Value, ...]
-    """Every value of the plan, in the graph's order."""
-    live_at_peak: tuple[Value, ...]
-    """The values live right after the planned peak's compute, largest first."""
+    read: PlanValues
+    """The plan read value by value (the dashboard's job page reads a plan from this client the same way)."""
     measured: Measured | None = None
+
+    @property
+    def values(self) -> tuple[PlanValue, ...]:
+        """Every value of the plan, in the graph's order."""
+        return self.read.values
+
+    @property
+    def live_at_peak(self) -> tuple[PlanValue, ...]:
+        """The values live right after the planned peak's compute, largest first."""
+        return self.read.live_at_peak
 
     @property
     def planned_peak(self) -> int:
@@ -87,6 +78,19 @@ class Explanation:
     def planned_timeline(self) -> np.ndarray:
         """The plan's memory after each statement, less resident memory (what a measured timeline compares to)."""
         return self.planned.simulation.timeline - self.planned.joint.resident_memory
+
+    def plot(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Memory over the step as SVG, planned against measured (when measured), above resident memory, with the
+        budget; written to ``path`` when given."""
+        p = self.planned
+        series = {"planned": self.planned_timeline}
+        if self.measured is not None:
+            series["measured"] = np.asarray(self.measured.timeline)
+        svg = memory_svg(series, budget=p.budget - p.joint.resident_memory,
+                         title=f"{p.joint.name}: memory above resident memory over one step")
+        if path is not None:
+            Path(path).write_text(svg)
+        return svg
 
     def __str__(self) -> str:
         return "\n".join(self._lines())
@@ -108,10 +112,9 @@ class Explanation:
         yield ""
         yield f"Live at the planned peak ({format_size(sum(v.bytes for v in self.live_at_peak))} of values):"
         yield from _table(self.live_at_peak[:TOP], len(self.live_at_peak))
-        again = sorted((v for v in self.values if v.computes > 1 or v.offloads),
-                       key=lambda v: -(v.computes - 1) * v.cost)
+        again = self.read.again
         yield ""
-        extra = sum((v.computes - 1) * v.cost for v in again)
+        extra = sum(v.extra_cost for v in again)
         yield (f"Recomputed or offloaded: {len(again)} of {len(self.values)} values, {extra / graph.base_cost:.1%} "
                f"more compute:" if again else "Nothing is recomputed or offloaded: every value is kept until its "
                                               "last reader.")
@@ -138,54 +141,10 @@ def explain(latest: Callable[[], PlannedGraph], *, step: Callable[[], Any] | Non
     buffers and the random state as they were."""
     measured = None if step is None else _measure(step, model)
     planned = latest()
-    values = tuple(_values(planned))
-    by_name = {v.name: v for v in values}
-    live = sorted((by_name[planned.graph.nodes[u].id] for u in _resident_at(planned, planned.simulation.peak_step)),
-                  key=lambda v: -v.bytes)
-    return Explanation(planned, values, tuple(v for v in live if v.bytes), measured)
+    return Explanation(planned, PlanValues.of(planned.graph, planned.plan, planned.simulation, skip=MARKERS), measured)
 
 
-def _values(planned: PlannedGraph) -> Iterator[Value]:
-    nodes = {n.name: n for n in planned.joint.module.graph.nodes}
-    computes = planned.simulation.compute_counts
-    offloads = collections.Counter(v for op, v in planned.plan.steps if op == "offload")
-    for v, node in enumerate(planned.graph.nodes):
-        if node.id in MARKERS:
-            continue
-        fx_node = nodes.get(node.id)
-        module, line = _source(fx_node) if fx_node is not None else ("", "")
-        yield Value(name=node.id, op=str(node.meta.get("op", "")), module=module, line=line, kind=node.kind,
-                    bytes=node.memory, cost=node.cost, computes=int(computes[v]), offloads=offloads[v])
-
-
-def _source(node: fx.Node) -> tuple[str, str]:
-    """The module path and the innermost source line that made ``node`` (a backward op: its forward op's)."""
-    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
-    path = str(list(stack.values())[-1][0]) if stack else ""
-    for prefix in ("L['model'].", "L['self'].", "L['model']", "L['self']"):
-        if path.startswith(prefix):
-            path = path[len(prefix):]
-            break
-    frames = [line.strip() for line in str(node.meta.get("stack_trace") or "").splitlines()
-              if line.strip().startswith("File ")]
-    if not frames:
-        return path, ""
-    file, _, rest = frames[-1][len("File "):].partition(", line ")
-    return path, f"{file.strip(chr(34)).rsplit('/', 1)[-1]}:{rest.split(',', 1)[0]}"
-
-
-def _resident_at(planned: PlannedGraph, step: int) -> set[int]:
-    """The values resident on the device right after plan statement ``step`` (in plan order)."""
-    resident: set[int] = set()
-    for op, v in planned.plan.steps[:step + 1]:
-        if op in ("compute", "reload"):
-            resident.add(v)
-        elif op in ("free", "offload"):
-            resident.discard(v)
-    return resident
-
-
-def _table(values: Sequence[Value], total: int) -> Iterator[str]:
+def _table(values: Sequence[PlanValue], total: int) -> Iterator[str]:
     for v in values:
         where = " ".join(part for part in (v.module, f"({v.line})" if v.line else "") if part) or "the step"
         yield f"  {format_size(v.bytes):>12}  {v.fate:<16} {v.op:<42} {where}"

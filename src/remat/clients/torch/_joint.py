@@ -179,6 +179,7 @@ class JointGraph:
     def to_graph(self, costs: Mapping[str, float], *, cost_unit: str) -> Graph:
         """The remat.graph/v1 of this step with ``costs[name]`` per producer."""
         position = {p.name: i for i, p in enumerate(self.producers)}
+        fx_nodes = {n.name: n for n in self.module.graph.nodes}
         nodes = [
             Node(
                 id=p.name,
@@ -187,7 +188,8 @@ class JointGraph:
                 memory=p.memory,
                 kind=p.kind,
                 meta={"op": p.op, **({"rng": True} if p.rng else {}),
-                      **({"workspace_of": p.workspace_of} if p.workspace_of else {})},
+                      **({"workspace_of": p.workspace_of} if p.workspace_of else {}),
+                      **_source(fx_nodes.get(p.workspace_of or p.name))},
             )
             for p in self.producers
         ]
@@ -341,6 +343,26 @@ def _check_static(node: fx.Node) -> None:
                            f"indexing by a mask or nonzero().")
     raise CaptureError(f"The step was traced with symbolic shapes ({node.target}{where}); remat plans one graph per "
                        f"input shape: compile with dynamic=False.")
+
+
+def _source(node: fx.Node | None) -> dict[str, str]:
+    """``module`` (its path) and ``line`` (the innermost source line) of the code that made ``node``, those
+    the trace records (a backward op: its forward op's): node metadata of the graph, for reading a plan."""
+    if node is None:
+        return {}
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+    path = str(list(stack.values())[-1][0]) if stack else ""
+    for prefix in ("L['model'].", "L['self'].", "L['model']", "L['self']"):
+        if path.startswith(prefix):
+            path = path[len(prefix):]
+            break
+    frames = [line.strip() for line in str(node.meta.get("stack_trace") or "").splitlines()
+              if line.strip().startswith("File ")]
+    line = ""
+    if frames:
+        file, _, rest = frames[-1][len("File "):].partition(", line ")
+        line = f"{file.strip(chr(34)).rsplit('/', 1)[-1]}:{rest.split(',', 1)[0]}"
+    return {k: v for k, v in (("module", path), ("line", line)) if v}
 
 
 def _user_line(stack_trace: str) -> str:
