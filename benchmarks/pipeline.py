@@ -2,15 +2,16 @@
 
 A GPT of 8 blocks (tests/torch_models.py, no dropout) is cut into 4 stages of 2 blocks, one per gloo
 process on the CPU, and trained with ``torch.distributed.pipelining``'s ``Schedule1F1B`` over 8
-micro-batches, as a training loop runs it: ``return_outputs=False`` (with the default, the last stage keeps
-every micro-batch's output until the step ends, which no plan of one micro-batch sees). First every block runs under ``torch.utils.checkpoint`` (the uniform policy); the
-per-rank budget is 1.5 times (``--budget-scale``) the largest step peak of its ranks (one device size
-for all). Then each stage is
-``rematerialize()``-d with that budget and ``in_flight`` = 4 - stage (the micro-batches 1F1B has it hold
-at once). Per rank: the step peak (the stage's parameters plus what the step allocates, counted to the
-byte by :class:`remat.clients.torch.LiveBytes`, the pipeline's own receive buffers included), the step's
-median CPU time (one intra-op thread per process) and, for remat, the plans it made and their overhead; a
-stage remat refuses runs without it (its row says so), so that the other stages can still be measured.
+micro-batches, as a training loop runs it: ``return_outputs=False`` (with the default, the last stage
+keeps every micro-batch's output until the step ends, which no plan of one micro-batch sees). First
+every block runs under ``torch.utils.checkpoint`` (the uniform policy); the per-rank budget is 1.5
+times (``--budget-scale``) the largest step peak of its ranks (one device size for all). Then each
+stage is ``rematerialize()``-d with that budget and ``in_flight`` = 4 - stage (the micro-batches 1F1B
+has it hold at once). Per rank: the step peak (the stage's parameters plus what the step allocates,
+counted to the byte by :class:`remat.clients.torch.LiveBytes`, the pipeline's own receive buffers
+included), the step's median CPU time (one intra-op thread per process) and, for remat, the plans it
+made, their overhead and their peak with the other micro-batches' saved values; a stage remat refuses
+runs without it (its row says so), so that the other stages can still be measured.
 
     python benchmarks/pipeline.py                       # 4 ranks, a budget of 1.5x checkpointing's peak
     python benchmarks/pipeline.py --budget-scale 1      # at checkpointing's peak
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from torch_models import GPT  # noqa: E402
 
 from remat.clients.torch import LiveBytes, rematerialize, time_call  # noqa: E402
+from remat.clients.torch._in_flight import micro_batch_bytes  # noqa: E402
 from remat.schedules import RematError, format_size  # noqa: E402
 
 STAGES, BLOCKS, WIDTH, HEADS, VOCAB, CONTEXT, BATCH, MICRO_BATCHES = 4, 8, 128, 4, 512, 128, 32, 8
@@ -112,8 +114,9 @@ def _rank(rank: int, out: str, steps: int, scale: float) -> None:
         planned = rematerialize(model, (micro_batch,), budget=budget, in_flight=STAGES - rank, progress=False,
                                 cache=False, time_limit_s=10)
         rows["remat"] = {**_measure(rank, planned, model, steps),
-                         "plans": [{"overhead": p.result.overhead, "graph_budget": p.budget, "source": p.source}
-                                   for p in planned.plans]}
+                         "plans": [{"overhead": p.result.overhead, "source": p.source,
+                                    "planned": p.simulation.peak_memory + (STAGES - rank - 1) * micro_batch_bytes(
+                                        p.joint, p.graph, p.plan, p.simulation)} for p in planned.plans]}
     except RematError as refused:  # a stage refused still takes part in the pipeline: without remat
         rows["remat"] = {**_measure(rank, model, model, steps), "refused": str(refused)}
     rows["budget"] = budget
@@ -133,12 +136,13 @@ def main() -> None:
     print(f"# 1F1B, {STAGES} gloo ranks: GPT {BLOCKS} x {WIDTH}, batch {BATCH} x {CONTEXT} in {MICRO_BATCHES} "
           f"micro-batches ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__})")
-    print("| stage | in flight | variant | step peak | / budget | step time | / checkpointing | plans (overhead) |")
+    print("| stage | in flight | variant | step peak | / budget | step time | / checkpointing | plans: overhead "
+          "(planned peak, the micro-batches in flight included) |")
     print("|---|---|---|---|---|---|---|---|")
     for rank, rows in enumerate(ranks):
         budget, base = rows.pop("budget"), rows["checkpointing"]["time"]
         for name, row in rows.items():
-            plans = ", ".join(f"{p['overhead']:.3f}" for p in row.get("plans", [])) \
+            plans = ", ".join(f"{p['overhead']:.3f} ({format_size(p['planned'])})" for p in row.get("plans", [])) \
                 or (f"refused, run without remat: {row['refused']}" if "refused" in row else "")
             print(f"| {rank} | {STAGES - rank} | {name} | {format_size(row['peak'])} | {row['peak'] / budget:.3f} "
                   f"| {1e3 * row['time']:.1f} ms | {row['time'] / base:.3f} | {plans} |")

@@ -254,8 +254,9 @@ class RematBackend:
     def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None) -> _Solved:
         """The graph's plan within ``budget`` beside the saved values of the other micro-batches in flight
         (:attr:`Budget.in_flight`). Where the plan for the whole budget saves too much for them, the graph is solved
-        again with a reserve (:mod:`._in_flight`) for each of a few bounds on what one micro-batch saves, within
-        what the others then leave; the cheapest plan that fits beside them is kept."""
+        again with a reserve (:mod:`._in_flight`) for each of a few bounds on what one micro-batch saves (evenly
+        spaced below what the first plan saved, and below what leaves the others room for the least peak a plan
+        can have), within what the others then leave; the cheapest plan that fits beside them is kept."""
         assert self.budget is not None
         others = self.budget.in_flight - 1
         # no plan for one micro-batch alone: none for several
@@ -266,16 +267,16 @@ class RematBackend:
         found: _Solved | None = None
         why = (f"a plan within {format_size(budget)} peaks at {format_size(first.simulation.peak_memory)} "
                f"and the others save {format_size(others * saved)}.")
+        top = min(saved, (budget - graph.min_feasible_budget) // others)  # more leaves no peak any plan reaches
         for k in range(IN_FLIGHT_ROUNDS - 1, 0, -1):
-            bound = saved * k // IN_FLIGHT_ROUNDS
+            bound = top * k // IN_FLIGHT_ROUNDS
             peak = budget - others * bound
-            if peak < graph.min_feasible_budget:
-                continue
             try:
                 planned = self._solve(*_reserved(joint, graph, reserve_bytes(joint, peak=peak, saved=bound)),
                                       budget=peak, transfer=transfer)
-            except PlanRejected as refused:
-                why = str(refused)
+            except PlanRejected:
+                why = (f"no plan that saves at most {format_size(bound)} per micro-batch peaks within "
+                       f"{format_size(peak)}, what the others' saved values then leave.")
                 continue
             held = others * micro_batch_bytes(planned.joint, planned.graph, planned.plan, planned.simulation)
             if planned.simulation.peak_memory + held > budget:
