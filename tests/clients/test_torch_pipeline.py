@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from remat.clients.torch import PlanRejected, activation_peak, rematerialize  # noqa: E402
-from remat.clients.torch._in_flight import RESERVE  # noqa: E402
+from remat.clients.torch._in_flight import RESERVE, micro_batch_bytes  # noqa: E402
 from remat.clients.torch._planning import Planner  # noqa: E402
 from remat.schedules import InvalidRequest  # noqa: E402
 
@@ -80,3 +80,35 @@ def test_too_many_micro_batches_in_flight_are_refused_with_what_to_change():
                       time_limit_s=1)
     with pytest.raises(InvalidRequest, match="in_flight must be a whole number of micro-batches, at least 1"):
         rematerialize(model, (MICRO_BATCHES[0],), activation_budget=0.9, in_flight=0)
+
+
+def test_in_one_f_one_b_order_the_step_holds_what_its_plans_say():
+    # 1F1B: the first micro-batches' forwards run before any backward, then each backward is followed by the next
+    # forward; every backward but the first adds into the gradients the first made, the backwards of forwards that
+    # ran before them included, which each plan must count
+    count = 2 * IN_FLIGHT
+    reference = _stage()
+    budget = HELD_BEFORE + (_warm_up(reference, reference)[0] - HELD_BEFORE) // 2
+    model = _stage()
+    planned = rematerialize(model, (MICRO_BATCHES[0],), budget=budget, in_flight=IN_FLIGHT, progress=False,
+                            cache=False, time_limit_s=3)
+
+    def forward(k: int) -> torch.Tensor:  # a micro-batch arrives as its forward starts, as a stage receives it
+        return planned(torch.randn(256, 64, generator=torch.Generator().manual_seed(k)))
+
+    def step() -> None:
+        outputs = {k: forward(k) for k in range(IN_FLIGHT)}
+        for k in range(count):
+            out = outputs.pop(k)
+            out.backward(torch.ones_like(out))
+            if k + IN_FLIGHT < count:
+                outputs[k + IN_FLIGHT] = forward(k + IN_FLIGHT)
+
+    model.zero_grad(set_to_none=True)
+    step()
+    model.zero_grad(set_to_none=True)
+    measured = sum(p.numel() * p.element_size() for p in model.parameters()) + activation_peak(step, model.parameters())
+    planned_peaks = [p.simulation.peak_memory + (IN_FLIGHT - 1) * micro_batch_bytes(p.joint, p.graph, p.plan,
+                                                                                    p.simulation)
+                     for p in planned.plans]
+    assert measured <= max(planned_peaks) <= budget

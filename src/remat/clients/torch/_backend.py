@@ -376,7 +376,10 @@ class _Partition:
             "parameter" if args is None or isinstance(args[i], nn.Parameter) else "buffer"
             for i in range(len(primals))
         ]
-        self.accumulating = _accumulating(args, kinds)
+        # with several micro-batches in flight, every backward but the first adds into the gradients it made,
+        # some of them backwards of forwards that ran before it: each plan counts the gradients from the start
+        budget = self.backend.budget
+        self.accumulating = _accumulating(args, kinds) or (budget is not None and budget.in_flight > 1)
         joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
                          drop_outputs=self.drop_outputs, accumulating=self.accumulating,
                          engine=_engine_memory(args, kinds))
