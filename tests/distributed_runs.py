@@ -3,9 +3,10 @@ writes each rank's findings to OUT/rank-K.json.
 
 ``ddp``: training steps of a small GPT-2 under DistributedDataParallel, with and without remat. Each rank
 trains on a batch of its own; the gradients DDP averages are compared with those of DDP over the same model
-without remat, through both ways in: ``DDP(rematerialize(model, ...))`` and ``torch.compile(DDP(model),
-backend=backend(...))`` with buckets small enough that TorchDynamo splits the step at their boundaries. The
-step is then measured (on the CPU, to the byte) against its plan.
+without remat, through both ways in: ``DDP(rematerialize(model, ...))`` (whose plans say where each came from:
+solved, taken from another rank, or followed from the plan made before DDP held its buckets) and
+``torch.compile(DDP(model), backend=backend(...))`` with buckets small enough that TorchDynamo splits the step at
+their boundaries. The step is then measured (on the CPU, to the byte) against its plan.
 
 ``fsdp``: a step of the GPT-2 sharded with FSDP2's ``fully_shard`` per block, through ``backend()`` with a byte
 budget (FSDP2's hooks split the step into a graph per block), against the same step without remat; then a step
@@ -112,7 +113,8 @@ def _ddp(rank: int, world: int) -> dict[str, Any]:
 
     return {
         "bucket_bytes": bucket_bytes,
-        "module": {"difference": _largest_difference(expected, module_grads), "plans": len(wrapped.module.plans),
+        "module": {"difference": _largest_difference(expected, module_grads),
+                   "sources": [p.source for p in wrapped.module.plans],
                    **_measured(wrapped, wrapped.module.model, rank, planned)},
         "compiled": {"difference": _largest_difference(expected, compiled_grads), "graphs": len(remat.planned),
                      "buckets": [p.joint.fixed["data_parallel_buckets"] for p in remat.planned]},

@@ -1,8 +1,9 @@
 """remat in torch.distributed jobs, gloo processes on the CPU (tests/distributed_runs.py runs the ranks):
 ``DDP(rematerialize(model))`` and ``torch.compile(DDP(model), backend=backend(...))`` give every rank the gradients
-DDP gives without remat, DDP's gradient buckets are fixed memory in every plan, ranks planning the same graph
-solve it once, pipeline stages, which plan different graphs at different times, train as without remat, and a model
-sharded per block with FSDP2 trains with FSDP2's gradients within its plans, what FSDP2 holds counted."""
+DDP gives without remat, DDP's gradient buckets are fixed memory in every plan (a planned module follows the plan
+it had, moved by them, without solving again), ranks planning the same graph solve it once, pipeline stages, which
+plan different graphs at different times, train as without remat, and a model sharded per block with FSDP2 trains
+with FSDP2's gradients within its plans, what FSDP2 holds counted."""
 
 from __future__ import annotations
 
@@ -42,9 +43,15 @@ def test_ddp_over_a_planned_module_gives_every_rank_ddps_gradients(ranks: list[d
 def test_a_planned_module_under_ddp_is_planned_again_with_its_buckets_and_holds_its_plan(ranks: list[dict]) -> None:
     for found in ranks:
         module = found["module"]
-        assert module["plans"] == 2  # planned alone by rematerialize(), then under DDP
+        assert len(module["sources"]) == 2  # planned alone by rematerialize(), then under DDP
         assert module["buckets"] == found["bucket_bytes"] > 0
         assert module["measured"] <= module["planned"] <= module["budget"]
+
+
+def test_a_planned_module_under_ddp_is_solved_once_in_the_job(ranks: list[dict]) -> None:
+    alone, under_ddp = zip(*(found["module"]["sources"] for found in ranks), strict=True)
+    assert sorted(alone) == ["rank " + str(alone.index("solved")), "solved"]  # one rank solves, the other takes it
+    assert under_ddp == ("earlier",) * len(ranks)  # the same graph with DDP's buckets: the plan made alone, moved
 
 
 def test_compiling_ddp_with_the_backend_plans_each_bucket_graph_with_the_buckets(ranks: list[dict]) -> None:

@@ -1,6 +1,6 @@
 """Models as they come from transformers and diffusers (built from their configs, random weights, no
-downloads), trained with the loop their users write: default attention (SDPA), a padding mask,
-caches on, ``loss = model(**batch).loss`` or a loss computed outside; through rematerialize() and
+downloads) and a LoRA adapter on one from PEFT, trained with the loop their users write: default attention (SDPA),
+a padding mask, caches on, ``loss = model(**batch).loss`` or a loss computed outside; through rematerialize() and
 through torch.compile with remat's backend, run op for op or compiled by Inductor."""
 
 from __future__ import annotations
@@ -92,6 +92,33 @@ def test_a_text_model_trains_with_its_loop_unchanged_within_the_budget(name):
     model.zero_grad(set_to_none=True)
     by_allocator = allocator_peak(lambda: _step(rm, batch))  # kernels' workspaces (dropout's noise) included
     assert planned.joint.resident_memory + by_allocator <= planned.simulation.peak_memory
+
+
+def test_a_lora_adapter_from_peft_trains_as_without_remat_within_the_budget():
+    """PEFT's LoRA on a Llama, its dropout on: the base model frozen, only the adapter's parameters get gradients,
+    those PEFT gives without remat, and the step holds its plan, by the allocator's count too."""
+    peft = pytest.importorskip("peft")
+    adapter = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.1, target_modules=["q_proj", "v_proj"],
+                              task_type="CAUSAL_LM")
+    model = peft.get_peft_model(_text_model("llama"), adapter)
+    ref = copy.deepcopy(model)
+    batch = _batch()
+    rm = rematerialize(model, batch, activation_budget=0.5)
+    planned = rm.plans[0]
+    assert planned.simulation.recomputations > 0 and planned.simulation.peak_memory <= planned.budget
+
+    _check_equal_training(rm, ref, lambda m: _step(m, batch))
+    trained = [name for name, p in rm.named_parameters() if p.grad is not None]
+    assert trained == [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trained and all(".lora_A." in name or ".lora_B." in name for name in trained)
+
+    model.zero_grad(set_to_none=True)
+    peak = activation_peak(lambda: _step(rm, batch), model.parameters())
+    assert planned.joint.resident_memory + peak <= planned.simulation.peak_memory <= planned.budget
+    model.zero_grad(set_to_none=True)
+    by_allocator = allocator_peak(lambda: _step(rm, batch))
+    assert planned.joint.resident_memory + by_allocator <= planned.simulation.peak_memory
+    assert len(rm.plans) == 1  # the adapter's step is one graph, planned once
 
 
 def test_a_convnet_holds_its_plan_by_the_allocators_count_its_convolutions_workspaces_included():

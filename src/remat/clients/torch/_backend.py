@@ -46,7 +46,15 @@ from ._joint import ENGINE, InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower
 from ._modes import under_modes_set_aside
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
-from ._planning import Budget, Planner, check_result, computing_random_ops_once, simulate_as_run
+from ._planning import (
+    Budget,
+    Planner,
+    check_result,
+    computing_random_ops_once,
+    shifted_result,
+    simulate_as_run,
+    with_fixed_memory,
+)
 from ._random import REPLAYED
 from ._transfer import TransferSpec, check_transfer, transfer_for
 from ._workspace import kernel_workspaces, with_workspaces
@@ -76,8 +84,9 @@ class PlannedGraph:
     """The bytes the plan was solved for: the step's budget, less what other micro-batches in flight save, or for a
     graph of a split step under a fraction, the least it can hold."""
     source: str
-    """``"solved"``, ``"cache"`` (the plan cache on disk), ``"given"`` (a result passed in) or ``"rank K"`` (solved by
-    another rank of a torch.distributed job, for the same graph)."""
+    """``"solved"``, ``"cache"`` (the plan cache on disk), ``"given"`` (a result passed in), ``"rank K"`` (solved by
+    another rank of a torch.distributed job, for the same graph) or ``"earlier"`` (the plan of a graph planned before
+    that differs only in its fixed memory, such as the buckets of a DistributedDataParallel that runs the step)."""
 
     asked: int
     """The bytes the step's budget left this graph (what a copy of the backend asks again for it)."""
@@ -293,6 +302,9 @@ class RematBackend:
         """The plan for ``graph`` within ``budget``, checked (PlanRejected unless it fits), with the budget it was
         solved for (for a graph of a split step under a fraction, the least it can hold)."""
         assert self.planner is not None
+        earlier = self._earlier_plan(graph, joint, budget, transfer)
+        if earlier is not None:
+            return earlier
         solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
         if self._leanest_will_do and solved.status not in FITTING_STATUSES and solved.smallest_peak:
             budget = solved.smallest_peak
@@ -306,6 +318,30 @@ class RematBackend:
         plan, simulation = check_result(graph, result, budget=budget, joint=joint, transfer=transfer,
                                         host_budget=self.planner.host_budget)
         return _Solved(joint, graph, result, source, plan, simulation, budget)
+
+    def _earlier_plan(self, graph: Graph, joint: JointGraph, budget: int,
+                      transfer: Transfer | None) -> tuple[ResultDocument, str, Plan, Simulation, int] | None:
+        """The plan of a graph planned here before that differs from ``graph`` only in its fixed memory, moved by the
+        difference (:func:`~._planning.shifted_result`), where it is what a solve would give: solved for at least
+        ``budget`` less the difference, and within ``budget``. A module from ``rematerialize()`` that a
+        DistributedDataParallel runs is planned again with the buckets DDP holds beside its step: the same graph
+        with more fixed memory, and under ``activation_budget`` a budget larger by as much."""
+        assert self.planner is not None
+        for planned in reversed(self.planned):
+            made_for = planned.graph
+            by = graph.fixed_memory - made_for.fixed_memory
+            if by == 0 or made_for.size != graph.size or budget - by > planned.budget \
+                    or planned.simulation.peak_memory + by > budget \
+                    or with_fixed_memory(graph, made_for.fixed_memory).sha256 != made_for.sha256:
+                continue
+            result = shifted_result(planned.result, made_for, graph, budget)
+            try:
+                plan, simulation = check_result(graph, result, budget=budget, joint=joint, transfer=transfer,
+                                                host_budget=self.planner.host_budget)
+            except PlanRejected:
+                continue
+            return result, "earlier", plan, simulation, budget
+        return None
 
     @property
     def _leanest_will_do(self) -> bool:

@@ -39,7 +39,7 @@ from ._progress import ProgressLine
 from ._ranks import shared_across_ranks
 
 __all__ = ["OFFLOAD_STRATEGIES", "SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio",
-           "check_result", "computing_random_ops_once", "default_strategy"]
+           "check_result", "computing_random_ops_once", "default_strategy", "shifted_result", "with_fixed_memory"]
 
 SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap", "options", "convergence")
 """Solver options a remat service takes with a request."""
@@ -297,6 +297,32 @@ def _counting_parts_once(graph: Graph, joint: JointGraph, plan: Plan, simulation
     peak_step = max(after_computes, key=lambda k: (timeline[k], -k))
     return dataclasses.replace(simulation, peak_memory=int(timeline[peak_step]), peak_step=peak_step,
                                timeline=timeline)
+
+
+def with_fixed_memory(graph: Graph, fixed_memory: int) -> Graph:
+    """``graph`` with ``fixed_memory`` bytes resident throughout instead of its own."""
+    return Graph(graph.nodes, name=graph.name, fixed_memory=fixed_memory, cost_unit=graph.cost_unit)
+
+
+def shifted_result(result: ResultDocument, made_for: Graph, graph: Graph, budget: int) -> ResultDocument:
+    """``result``, made for a graph that differs from ``graph`` only in its fixed memory (``made_for``), as a result
+    for ``graph`` within ``budget``: the same plan, its byte counts moved by the difference.
+
+    Fixed memory is resident at every step, so it moves every plan's peak alike: the plan solved for ``made_for``
+    at ``result.budget`` is the one for ``graph`` at that budget moved by the difference, and for any budget below
+    it that the plan still fits (:func:`check_result` says whether it does).
+    """
+    by = graph.fixed_memory - made_for.fixed_memory
+
+    def moved(size: int | None) -> int | None:
+        return None if size is None else size + by
+
+    return dataclasses.replace(
+        result, graph_sha256=graph.sha256, budget=budget, peak_memory=moved(result.peak_memory),
+        min_feasible_budget=result.min_feasible_budget + by, smallest_peak=moved(result.smallest_peak),
+        checkpoint_all_peak=result.checkpoint_all_peak + by,
+        log=(*result.log, f"followed for the same graph with {format_size(abs(by))} "
+                          f"{'more' if by >= 0 else 'less'} fixed memory"))
 
 
 def check_result(graph: Graph, result: ResultDocument, *, budget: int, joint: JointGraph | None = None,
