@@ -319,8 +319,7 @@ class RematBackend:
                                         host_budget=self.planner.host_budget)
         return _Solved(joint, graph, result, source, plan, simulation, budget)
 
-    def _earlier_plan(self, graph: Graph, joint: JointGraph, budget: int,
-                      transfer: Transfer | None) -> tuple[ResultDocument, str, Plan, Simulation, int] | None:
+    def _earlier_plan(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None) -> _Solved | None:
         """The plan of a graph planned here before that differs from ``graph`` only in its fixed memory, moved by the
         difference (:func:`~._planning.shifted_result`), where it is what a solve would give: solved for at least
         ``budget`` less the difference, and within ``budget``. A module from ``rematerialize()`` that a
@@ -334,13 +333,11 @@ class RematBackend:
                     or planned.simulation.peak_memory + by > budget \
                     or with_fixed_memory(graph, made_for.fixed_memory).sha256 != made_for.sha256:
                 continue
-            result = shifted_result(planned.result, made_for, graph, budget)
             try:
-                plan, simulation = check_result(graph, result, budget=budget, joint=joint, transfer=transfer,
-                                                host_budget=self.planner.host_budget)
+                return self._check(shifted_result(planned.result, made_for, graph, budget), "earlier", budget,
+                                   transfer, joint, graph)
             except PlanRejected:
                 continue
-            return result, "earlier", plan, simulation, budget
         return None
 
     @property
