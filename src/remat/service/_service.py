@@ -72,7 +72,7 @@ class Service:
         """The job answering ``request``: new, shared with an identical one, or already finished."""
         graph = request.graph.to_graph(self.settings.graph_limits)
         strategy = get_strategy(request.strategy)
-        strategy.check(graph)
+        strategy.check_graph(graph)
         _check_backend(strategy, request.backend)
         strategy.check_options(request.options)
         transfer = request.to_transfer()

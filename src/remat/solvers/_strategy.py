@@ -12,7 +12,8 @@ from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable, Transf
 from ._context import Outcome, SolveContext
 from ._options import Option, shown_value
 
-__all__ = ["Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph", "missing_transfer"]
+__all__ = ["NodeLimit", "Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph",
+           "missing_transfer"]
 
 Runner = Callable[[Graph, int, SolveContext], Outcome]
 Check = Callable[[Graph], None]
@@ -60,6 +61,24 @@ def check_chain(graph: Graph) -> None:
             )
 
 
+@dataclass(frozen=True)
+class NodeLimit:
+    """The largest graph a strategy takes: ``nodes`` at most, because ``grows`` (what outgrows the graph's size),
+    and the strategy ``instead`` that takes larger ones (one without a limit of its own)."""
+
+    nodes: int
+    grows: str
+    instead: str
+
+    def check(self, strategy: str, graph: Graph) -> None:
+        """Raise StrategyNotApplicable (``field`` ``strategy``) when ``graph`` has more than ``nodes`` nodes."""
+        if graph.size > self.nodes:
+            raise StrategyNotApplicable(
+                f"Strategy {strategy!r} takes graphs of at most {self.nodes:,} nodes ({self.grows}); this one has "
+                f"{graph.size:,}. Use {self.instead!r}, whose time and memory grow in proportion to the graph.",
+                field="strategy")
+
+
 class StrategyKind(StrEnum):
     """What a strategy is, so that nothing infers it from what the strategy uses."""
 
@@ -96,11 +115,19 @@ class Strategy:
     offloads: bool = False
     offload_option: str | None = None
     anytime: bool = False
+    node_limit: NodeLimit | None = None
 
     def __post_init__(self) -> None:
         for name in (self.knob, self.offload_option):
             if name is not None and name not in self.options:
                 raise ValueError(f"strategy {self.name!r}: option {name!r} is used but not declared in its options")
+
+    def check_graph(self, graph: Graph) -> None:
+        """Raise StrategyNotApplicable when this strategy does not take ``graph``: larger than its ``node_limit``,
+        or refused by its ``check``."""
+        if self.node_limit is not None:
+            self.node_limit.check(self.name, graph)
+        self.check(graph)
 
     def offloads_with(self, options: Mapping[str, Any] | None = None) -> bool:
         """Whether this strategy, with ``options``, copies values to host memory.
