@@ -17,6 +17,7 @@ __all__ = ["NodeLimit", "Strategy", "StrategyKind", "check_chain", "check_traini
 
 Runner = Callable[[Graph, int, SolveContext], Outcome]
 Check = Callable[[Graph], None]
+OptionsCheck = Callable[[Graph, Mapping[str, Any]], None]
 
 
 def missing_transfer(strategy: str, *, option: str | None = None) -> InvalidRequest:
@@ -101,7 +102,11 @@ class Strategy:
     every option it reads from ``ctx.limits.options`` and the values each accepts; ``offloads`` says its plans
     copy values to host memory, so it needs transfer parameters; ``offload_option`` names an option that,
     set to true, makes it offload (``checkmate``'s ``offload``); ``anytime`` says it improves its plan until
-    stopped, so a solve's convergence rule may stop it (the others end by themselves, or at the time limit).
+    stopped, so a solve's convergence rule may stop it (the others end by themselves, or at the time limit);
+    ``node_limit`` caps the graphs it takes when its time or memory grows faster than the graph (None: any graph
+    the graph limits admit); ``check_with_options(graph, options)`` refuses what the graph and the options (values
+    already checked) do not allow together, such as an option forcing a model too large for the graph.
+    :meth:`check_graph` applies all three checks.
     """
 
     name: str
@@ -116,18 +121,22 @@ class Strategy:
     offload_option: str | None = None
     anytime: bool = False
     node_limit: NodeLimit | None = None
+    check_with_options: OptionsCheck | None = None
 
     def __post_init__(self) -> None:
         for name in (self.knob, self.offload_option):
             if name is not None and name not in self.options:
                 raise ValueError(f"strategy {self.name!r}: option {name!r} is used but not declared in its options")
 
-    def check_graph(self, graph: Graph) -> None:
+    def check_graph(self, graph: Graph, options: Mapping[str, Any] | None = None) -> None:
         """Raise StrategyNotApplicable when this strategy does not take ``graph``: larger than its ``node_limit``,
-        or refused by its ``check``."""
+        refused by its ``check``, or, with ``options`` (whose values :meth:`check_options` accepted), by its
+        ``check_with_options``."""
         if self.node_limit is not None:
             self.node_limit.check(self.name, graph)
         self.check(graph)
+        if options and self.check_with_options is not None:
+            self.check_with_options(graph, options)
 
     def offloads_with(self, options: Mapping[str, Any] | None = None) -> bool:
         """Whether this strategy, with ``options``, copies values to host memory.

@@ -196,13 +196,16 @@ def test_a_backend_this_service_lacks_is_a_422_not_a_failed_job(client: TestClie
     assert client.get("/v1/jobs").json()["jobs"] == []
 
 
-def test_a_strategy_that_outgrows_the_graph_is_a_422_naming_its_limit_and_checkmate(client: TestClient):
+def test_a_strategy_or_path_that_outgrows_the_graph_is_a_422_naming_its_limit(client: TestClient):
     r = client.post("/v1/solve", json=_request(stacked_blocks(100), strategy="checkmate-lp"))  # 1,003 nodes
     assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
     problem = r.json()
     assert problem["field"] == "strategy" and problem["detail"].startswith(
         "Strategy 'checkmate-lp' takes graphs of at most 700 nodes (")
     assert "this one has 1,003. Use 'checkmate'" in problem["detail"]
+    whole = client.post("/v1/solve", json=_request(stacked_blocks(100), strategy="checkmate", options={"path": "milp"}))
+    assert whole.status_code == 422 and whole.json()["field"] == "options"
+    assert whole.json()["detail"].startswith("Path 'milp' builds the whole MILP, which takes graphs of at most 700")
     assert client.get("/v1/jobs").json()["jobs"] == []
     listed = {s["name"]: s for s in client.get("/v1/strategies").json()["strategies"]}
     assert listed["checkmate-lp"]["max_nodes"] == 700 and listed["checkmate"]["max_nodes"] is None

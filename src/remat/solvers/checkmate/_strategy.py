@@ -34,7 +34,7 @@ from ._anneal_milp import MILP_NODES, anneal_then_milp
 from ._milp import solve_milp
 from ._model import MODEL_NODES
 
-__all__ = ["OPTIONS", "PATHS", "SolutionPath", "checkmate"]
+__all__ = ["OPTIONS", "PATHS", "SolutionPath", "check_path", "checkmate"]
 
 
 @dataclass(frozen=True)
@@ -86,17 +86,23 @@ def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 def _read_options(options: Mapping[str, Any], graph: Graph) -> tuple[SolutionPath, bool]:
     """The solution path and whether to warm-start, from options solve() has checked against :data:`OPTIONS`.
 
-    Raises StrategyNotApplicable when a path that builds the whole MILP is forced on a graph over
-    :data:`MODEL_NODES` nodes (the paths picked by default build it only for graphs of :data:`MILP_NODES`).
+    Raises StrategyNotApplicable as :func:`check_path` does.
     """
+    check_path(graph, options)
     name = options.get("path")
     path = PATHS[name] if name is not None else next(p for p in PATHS.values() if p.fits(graph))
-    if path.whole_model and graph.size > MODEL_NODES:
+    return path, options.get("warm_start", True) is True
+
+
+def check_path(graph: Graph, options: Mapping[str, Any]) -> None:
+    """Raise StrategyNotApplicable (``field`` ``options``) when ``options`` force a path that builds the whole MILP
+    on a graph over :data:`MODEL_NODES` nodes (the paths picked by default build it only up to :data:`MILP_NODES`)."""
+    path = PATHS.get(str(options.get("path")))
+    if path is not None and path.whole_model and graph.size > MODEL_NODES:
         raise StrategyNotApplicable(
             f"Path {path.name!r} builds the whole MILP, which takes graphs of at most {MODEL_NODES:,} nodes (it has a "
             f"variable for every pair of nodes); this one has {graph.size:,}. Leave 'path' unset: checkmate's "
             f"'anneal' path takes it.", field="options")
-    return path, options.get("warm_start", True) is True
 
 
 def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm: WarmStart | None) -> Outcome:
