@@ -21,7 +21,7 @@ from remat.schedules import Graph, GraphLimits, Node
 from remat.schedules._repeats import BlockRun, find_repeats
 
 LIMITS = GraphLimits(max_nodes=1_000_000, max_edges=10_000_000)
-"""What the benchmarks read large graphs with (the default caps a graph at 20,000 nodes)."""
+"""What the benchmarks read large graphs with (the default caps a graph at 200,000 nodes)."""
 
 
 def deepen(graph: Graph, nodes: int) -> Graph:

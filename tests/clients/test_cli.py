@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from factories import BENCHMARK_DIR, chain, graph_doc
+from factories import BENCHMARK_DIR, chain, graph_doc, stacked_blocks, to_json_text
 from processes import Processes
 
 from remat.clients.cli import main
@@ -83,6 +83,35 @@ def test_a_solve_that_finds_nothing_says_how_low_a_plan_went(capsys: pytest.Capt
                          "checkmate", "--option", "path=anneal", "--time-limit", "2")
     assert code == 1, err
     assert "rl100: checkmate, timeout, budget " in out and ", no plan fits it; the leanest found peaks at " in out
+
+
+@pytest.fixture(scope="module")
+def over_the_old_cap(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A training graph of 2,500 transformer-like blocks: 25,003 nodes, above the 20,000 graphs were once held to."""
+    path = tmp_path_factory.mktemp("large") / "stacked2500.json"
+    path.write_text(to_json_text(stacked_blocks(2500)))
+    return str(path)
+
+
+def test_the_default_strategy_solves_a_graph_above_the_old_cap(capsys: pytest.CaptureFixture[str],
+                                                                over_the_old_cap: str) -> None:
+    code, out, err = run(capsys, "solve", over_the_old_cap, "--budget-ratio", "0.7", "--time-limit", "15", "--json")
+    assert code == 0, (err, out[-2000:])
+    result = json.loads(out)
+    assert result["strategy"] == "checkmate" and result["status"] in ("feasible", "optimal")
+    assert result["peak_memory"] <= result["budget"] and result["cost"] >= result["base_cost"]
+
+
+@pytest.mark.parametrize(("strategy", "nodes"), [("checkmate-lp", "700"), ("griewank", "5,000"),
+                                                 ("checkpoint-last", "20,000")])
+def test_a_strategy_that_outgrows_the_graph_refuses_it_naming_its_limit_and_checkmate(
+        capsys: pytest.CaptureFixture[str], over_the_old_cap: str, strategy: str, nodes: str) -> None:
+    code, out, err = run(capsys, "solve", over_the_old_cap, "--budget-ratio", "0.6", "--strategy", strategy)
+    assert code == 2 and not out and "Traceback" not in err
+    assert err.startswith(f"remat: error: Strategy {strategy!r} takes graphs of at most {nodes} nodes (")
+    assert "this one has 25,003. Use 'checkmate'" in err
+    listed = {line.split()[0]: line for line in run(capsys, "strategies")[1].splitlines()}
+    assert f"[graphs of at most {nodes} nodes]" in listed[strategy] and "at most" not in listed["checkmate"]
 
 
 @pytest.mark.parametrize(("args", "words"), [

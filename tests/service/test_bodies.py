@@ -173,9 +173,9 @@ def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_gives_its_room_
 
 
 def test_a_tokens_share_defaults_to_half_the_budget_and_holds_at_least_one_body():
-    assert Settings().body_share_bytes == 16 * 2**20
-    assert Settings(max_body_bytes=24 * 2**20).body_share_bytes == 24 * 2**20
-    assert Settings(max_body_bytes_per_token=20 * 2**20).body_share_bytes == 20 * 2**20
-    for share in (2**20, 64 * 2**20):  # below one body, above the whole budget
+    assert Settings().body_share_bytes == 32 * 2**20
+    assert Settings(max_body_bytes=48 * 2**20).body_share_bytes == 48 * 2**20
+    assert Settings(max_body_bytes_per_token=40 * 2**20).body_share_bytes == 40 * 2**20
+    for share in (2**20, 128 * 2**20):  # below one body, above the whole budget
         with pytest.raises(ValidationError, match="max_body_bytes_per_token"):
             Settings(max_body_bytes_per_token=share)

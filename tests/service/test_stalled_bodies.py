@@ -18,7 +18,7 @@ from processes import Processes, Server
 ALICE = "alice-" + "a" * 26
 BOB = "bob-" + "b" * 28
 BODY_TIMEOUT_S = 3.0
-STALLED_BYTES = 16 * 2**20
+STALLED_BYTES = 32 * 2**20
 """The largest body the server accepts by default: a stalled one would reserve all of it."""
 
 
@@ -28,7 +28,7 @@ def server(processes: Processes) -> Server:
 
 
 def _stall(port: int, path: str, token: str | None, *, chunked: bool) -> socket.socket:
-    """A connection that sends a request's headers announcing a 16 MiB body (or a chunked one), and no body."""
+    """A connection that sends a request's headers announcing a 32 MiB body (or a chunked one), and no body."""
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
     size = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {STALLED_BYTES}"

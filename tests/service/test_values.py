@@ -44,7 +44,7 @@ def _post(client: TestClient, route: str, body: dict[str, Any]) -> Any:
 
 @pytest.fixture
 def roomy(settings: Settings) -> Iterator[TestClient]:
-    """The app with the default 16 MiB body cap, so a 10 MB value reaches the schemas."""
+    """The app with a 16 MiB body cap, so a 10 MB value reaches the schemas."""
     roomy = settings.model_copy(update={"max_body_bytes": 16 * 2**20})
     with TestClient(create_app(roomy), raise_server_exceptions=False) as c:
         yield c

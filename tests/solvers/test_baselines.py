@@ -37,7 +37,7 @@ def _check_honest(g, result):
 
 def _solve_or_refuse(g, strategy, ratio):
     try:
-        STRATEGIES[strategy].check(g)
+        STRATEGIES[strategy].check_graph(g)
     except StrategyNotApplicable:
         with pytest.raises(StrategyNotApplicable):
             solve(g, budget_ratio=ratio, strategy=strategy)

@@ -44,7 +44,7 @@ def test_named_strategies_and_budgets_are_taken_as_given():
 
 def _applies(strategy, graph) -> bool:
     try:
-        strategy.check(graph)
+        strategy.check_graph(graph)
     except StrategyNotApplicable:
         return False
     return True

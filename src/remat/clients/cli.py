@@ -270,7 +270,8 @@ def _strategies(args: argparse.Namespace) -> int:
     for s in STRATEGIES.values():
         backends = f" [backends: {', '.join(s.backends)}]" if s.backends else ""
         offloads = " [offloads: needs --transfer or --bandwidth]" if s.offloads else ""
-        print(f"{s.name:20s} {s.summary}{backends}{offloads}")
+        largest = f" [graphs of at most {s.node_limit.nodes:,} nodes]" if s.node_limit else ""
+        print(f"{s.name:20s} {s.summary}{backends}{offloads}{largest}")
         for name, option in s.options.items():
             print(f"{'':20s}   --option {name}=...: {option.summary}; {option.accepts}")
     return 0

@@ -84,11 +84,13 @@ class UnknownStrategy(RematError):
 
 
 class StrategyNotApplicable(RematError):
-    """The strategy cannot run on this graph, for example a chain-only method on a DAG."""
+    """The strategy cannot run on this graph, for example a chain-only method on a DAG (``node`` names the
+    offending node), or one larger than the strategy handles (``field`` is then ``strategy``)."""
 
-    def __init__(self, message: str, *, node: str | None = None) -> None:
+    def __init__(self, message: str, *, node: str | None = None, field: str | None = None) -> None:
         super().__init__(message)
         self.node = node
+        self.field = field
 
 
 class BackendUnavailable(RematError):

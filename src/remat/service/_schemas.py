@@ -321,6 +321,9 @@ class StrategyPublic(BaseModel):
     knob: str | None = None
     offloads: bool = Field(False, description="its plans copy values to host memory and back: it needs 'transfer'")
     options: dict[str, OptionPublic] = Field(default_factory=dict, description="the options it reads, by name")
+    max_nodes: int | None = Field(None, description="the most nodes of a graph it takes, for a strategy whose time or "
+                                                    "memory grows faster than the graph; null: as many as the "
+                                                    "service takes")
 
 
 class StrategiesPublic(BaseModel):

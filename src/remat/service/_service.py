@@ -72,9 +72,9 @@ class Service:
         """The job answering ``request``: new, shared with an identical one, or already finished."""
         graph = request.graph.to_graph(self.settings.graph_limits)
         strategy = get_strategy(request.strategy)
-        strategy.check(graph)
         _check_backend(strategy, request.backend)
         strategy.check_options(request.options)
+        strategy.check_graph(graph, request.options)
         transfer = request.to_transfer()
         strategy.check_transfer(transfer, request.options)
         spec = SolveSpec(graph.sha256, resolve_budget(graph, budget=request.budget, budget_ratio=request.budget_ratio),

@@ -61,9 +61,10 @@ class Settings(BaseSettings):
     solver_threads: int | None = Field(default=None, ge=1, le=256)
     """Threads each solve may use; default: the machine's cores shared between the slots."""
 
-    max_body_bytes: int = Field(default=16 * 2**20, ge=1024)
-    """Largest request body (a 20,000-node graph with 400,000 edges is about 7 MB of JSON); beyond it, 413."""
-    max_body_bytes_in_flight: int = Field(default=32 * 2**20, ge=1024)
+    max_body_bytes: int = Field(default=32 * 2**20, ge=1024)
+    """Largest request body (a 100,000-node captured graph is about 15 MB of JSON, one of 200,000 nodes about
+    30 MB); beyond it, 413."""
+    max_body_bytes_in_flight: int = Field(default=64 * 2**20, ge=1024)
     """Bytes of all the authenticated request bodies the API handles at once (each costs about fifteen times its
     size while it is parsed); a request finding no room within 10 s gets 503 with Retry-After."""
     max_body_bytes_per_token: int | None = Field(default=None, ge=1024)
@@ -73,7 +74,10 @@ class Settings(BaseSettings):
     """Seconds a request body may take to arrive in full once the API starts reading it; beyond, 408 and the
     connection closed."""
     max_nodes: int = Field(default=GraphLimits.max_nodes, ge=1)
+    """Most nodes of a graph a request may send (422 beyond); strategies that grow faster than the graph take
+    fewer (``GET /v1/strategies`` lists each one's ``max_nodes``)."""
     max_edges: int = Field(default=GraphLimits.max_edges, ge=0)
+    """Most edges (deps of all nodes together) of a graph a request may send (422 beyond)."""
     max_time_limit_s: float = Field(default=3600.0, gt=0)
     default_time_limit_s: float = Field(default=60.0, gt=0)
     max_wait_s: float = Field(default=60.0, ge=0)

@@ -25,7 +25,7 @@ from ._options import Option, OptionKind
 from ._registry import STRATEGIES, get_strategy
 from ._result import Result
 from ._solve import solve
-from ._strategy import Strategy, StrategyKind, check_chain, check_training_graph, every_graph
+from ._strategy import NodeLimit, Strategy, StrategyKind, check_chain, check_training_graph, every_graph
 from ._supervise import SOLVE_GRACE_S, StopThenKill
 from ._sweep import SWEEP_POINTS, SweepPlan, plan_sweep, sweep_budgets, sweep_strategies
 from .backends import available_backends
@@ -56,6 +56,7 @@ __all__ = [
     "ChildFailed",
     "Convergence",
     "MaxBatch",
+    "NodeLimit",
     "OffloadSettings",
     "Option",
     "OptionKind",

@@ -10,10 +10,10 @@ from __future__ import annotations
 from remat.schedules import UnknownStrategy
 
 from ._options import Option
-from ._strategy import Strategy, StrategyKind
+from ._strategy import NodeLimit, Strategy, StrategyKind
 from .backends import BACKENDS
 from .baselines import BASELINES
-from .checkmate import LP_OPTIONS, OPTIONS, checkmate_lp
+from .checkmate import LP_OPTIONS, MODEL_NODES, OPTIONS, check_path, checkmate_lp
 from .offload import JOINT_OPTIONS, OFFLOAD_BASELINES, checkmate_offload, checkmate_or_offload
 
 __all__ = ["SOLVERS", "STRATEGIES", "get_strategy"]
@@ -21,14 +21,16 @@ __all__ = ["SOLVERS", "STRATEGIES", "get_strategy"]
 SOLVERS: tuple[Strategy, ...] = (
     Strategy("checkmate", "Optimal MILP of the Checkmate paper, warm-started from the best baseline.",
              checkmate_or_offload, kind=StrategyKind.MILP, backends=tuple(BACKENDS), offload_option="offload",
-             anytime=True,
+             anytime=True, check_with_options=check_path,
              options={**OPTIONS, "offload": Option.flag("true to also move values to host memory, as "
                                                         "checkmate-offload does (needs 'transfer')")}),
     Strategy("checkmate-lp", "LP relaxation with two-phase rounding; its LP value is a lower bound.", checkmate_lp,
-             kind=StrategyKind.LP, backends=tuple(name for name, b in BACKENDS.items() if b.lp), options=LP_OPTIONS),
+             kind=StrategyKind.LP, backends=tuple(name for name, b in BACKENDS.items() if b.lp), options=LP_OPTIONS,
+             node_limit=NodeLimit(MODEL_NODES, "its LP has a variable for every pair of nodes", instead="checkmate")),
     Strategy("checkmate-offload", "Keep, recompute or offload each value: the best of remat only, the offload "
              "baselines, remat plans moved down to the budget, and a joint MILP on small graphs.", checkmate_offload,
-             kind=StrategyKind.MILP, backends=tuple(BACKENDS), options=JOINT_OPTIONS, offloads=True, anytime=True),
+             kind=StrategyKind.MILP, backends=tuple(BACKENDS), options=JOINT_OPTIONS, offloads=True, anytime=True,
+             check_with_options=check_path),
 )
 """The strategies that solve on a backend, after the baselines in the registry."""
 

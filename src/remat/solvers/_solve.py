@@ -93,7 +93,7 @@ def solve(
     strat.check_transfer(transfer, options)
     if host_budget is not None:
         host_budget = whole_number(host_budget, what="'host_budget'", field="host_budget")
-    strat.check(graph)
+    strat.check_graph(graph, options)
     ctx = SolveContext(
         SolveLimits(
             time_limit_s=time_limit_s,

@@ -12,10 +12,12 @@ from remat.schedules import Graph, InvalidRequest, StrategyNotApplicable, Transf
 from ._context import Outcome, SolveContext
 from ._options import Option, shown_value
 
-__all__ = ["Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph", "missing_transfer"]
+__all__ = ["NodeLimit", "Strategy", "StrategyKind", "check_chain", "check_training_graph", "every_graph",
+           "missing_transfer"]
 
 Runner = Callable[[Graph, int, SolveContext], Outcome]
 Check = Callable[[Graph], None]
+OptionsCheck = Callable[[Graph, Mapping[str, Any]], None]
 
 
 def missing_transfer(strategy: str, *, option: str | None = None) -> InvalidRequest:
@@ -60,6 +62,24 @@ def check_chain(graph: Graph) -> None:
             )
 
 
+@dataclass(frozen=True)
+class NodeLimit:
+    """The largest graph a strategy takes: ``nodes`` at most, because ``grows`` (what outgrows the graph's size),
+    and the strategy ``instead`` that takes larger ones (one without a limit of its own)."""
+
+    nodes: int
+    grows: str
+    instead: str
+
+    def check(self, strategy: str, graph: Graph) -> None:
+        """Raise StrategyNotApplicable (``field`` ``strategy``) when ``graph`` has more than ``nodes`` nodes."""
+        if graph.size > self.nodes:
+            raise StrategyNotApplicable(
+                f"Strategy {strategy!r} takes graphs of at most {self.nodes:,} nodes ({self.grows}); this one has "
+                f"{graph.size:,}. Use {self.instead!r}, whose time and memory grow in proportion to the graph.",
+                field="strategy")
+
+
 class StrategyKind(StrEnum):
     """What a strategy is, so that nothing infers it from what the strategy uses."""
 
@@ -82,7 +102,11 @@ class Strategy:
     every option it reads from ``ctx.limits.options`` and the values each accepts; ``offloads`` says its plans
     copy values to host memory, so it needs transfer parameters; ``offload_option`` names an option that,
     set to true, makes it offload (``checkmate``'s ``offload``); ``anytime`` says it improves its plan until
-    stopped, so a solve's convergence rule may stop it (the others end by themselves, or at the time limit).
+    stopped, so a solve's convergence rule may stop it (the others end by themselves, or at the time limit);
+    ``node_limit`` caps the graphs it takes when its time or memory grows faster than the graph (None: any graph
+    the graph limits admit); ``check_with_options(graph, options)`` refuses what the graph and the options (values
+    already checked) do not allow together, such as an option forcing a model too large for the graph.
+    :meth:`check_graph` applies all three checks.
     """
 
     name: str
@@ -96,11 +120,23 @@ class Strategy:
     offloads: bool = False
     offload_option: str | None = None
     anytime: bool = False
+    node_limit: NodeLimit | None = None
+    check_with_options: OptionsCheck | None = None
 
     def __post_init__(self) -> None:
         for name in (self.knob, self.offload_option):
             if name is not None and name not in self.options:
                 raise ValueError(f"strategy {self.name!r}: option {name!r} is used but not declared in its options")
+
+    def check_graph(self, graph: Graph, options: Mapping[str, Any] | None = None) -> None:
+        """Raise StrategyNotApplicable when this strategy does not take ``graph``: larger than its ``node_limit``,
+        refused by its ``check``, or, with ``options`` (whose values :meth:`check_options` accepted), by its
+        ``check_with_options``."""
+        if self.node_limit is not None:
+            self.node_limit.check(self.name, graph)
+        self.check(graph)
+        if options and self.check_with_options is not None:
+            self.check_with_options(graph, options)
 
     def offloads_with(self, options: Mapping[str, Any] | None = None) -> bool:
         """Whether this strategy, with ``options``, copies values to host memory.

@@ -86,14 +86,14 @@ def sweep_strategies(graph: Graph, strategies: Sequence[str] | None = None, *,
     if strategies is not None:
         for name in strategies:
             get_strategy(name).check_transfer(transfer)
-            get_strategy(name).check(graph)
+            get_strategy(name).check_graph(graph)
         return list(dict.fromkeys(strategies))
     names = []
     for name, strategy in STRATEGIES.items():
         if strategy.offloads and transfer is None:
             continue
         try:
-            strategy.check(graph)
+            strategy.check_graph(graph)
         except StrategyNotApplicable:
             continue
         names.append(name)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from factories import benchmark_graph, chain, graph_doc
+from factories import benchmark_graph, chain, graph_doc, stacked_blocks
 from fastapi.testclient import TestClient
 from option_values import OPTION_IDS, OPTIONS, bad_values
 
 from remat.schedules import Graph, Plan, simulate
+from remat.service import Settings, create_app
 from remat.solvers import Option, Strategy, solve
 
 
@@ -192,6 +194,29 @@ def test_a_backend_this_service_lacks_is_a_422_not_a_failed_job(client: TestClie
     assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
     assert "'gurobi' is not installed on this service; installed: highs, cbc" in r.json()["detail"]
     assert client.get("/v1/jobs").json()["jobs"] == []
+
+
+def test_a_strategy_or_path_that_outgrows_the_graph_is_a_422_naming_its_limit(client: TestClient):
+    r = client.post("/v1/solve", json=_request(stacked_blocks(100), strategy="checkmate-lp"))  # 1,003 nodes
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    problem = r.json()
+    assert problem["field"] == "strategy" and problem["detail"].startswith(
+        "Strategy 'checkmate-lp' takes graphs of at most 700 nodes (")
+    assert "this one has 1,003. Use 'checkmate'" in problem["detail"]
+    whole = client.post("/v1/solve", json=_request(stacked_blocks(100), strategy="checkmate", options={"path": "milp"}))
+    assert whole.status_code == 422 and whole.json()["field"] == "options"
+    assert whole.json()["detail"].startswith("Path 'milp' builds the whole MILP, which takes graphs of at most 700")
+    assert client.get("/v1/jobs").json()["jobs"] == []
+    listed = {s["name"]: s for s in client.get("/v1/strategies").json()["strategies"]}
+    assert listed["checkmate-lp"]["max_nodes"] == 700 and listed["checkmate"]["max_nodes"] is None
+
+
+def test_by_default_the_service_reads_graphs_above_the_old_cap(tmp_path: Path):
+    graph = stacked_blocks(2500)  # 25,003 nodes, over the 20,000 once allowed: refused by the strategy, not the caps
+    with TestClient(create_app(Settings(data_dir=tmp_path / "data", slots=1)), raise_server_exceptions=False) as c:
+        r = c.post("/v1/solve", json=_request(graph, strategy="griewank"))
+    assert r.status_code == 422 and r.json()["field"] == "strategy", r.text
+    assert "takes graphs of at most 5,000 nodes" in r.json()["detail"]
 
 
 def test_unparseable_json_is_a_400_problem(client: TestClient):

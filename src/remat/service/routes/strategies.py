@@ -16,10 +16,11 @@ router = APIRouter(prefix="/v1", tags=["strategies"])
             responses=PROBLEM_RESPONSES)
 def list_strategies() -> StrategiesPublic:
     """Every strategy, the backends it can use, whether it offloads (and so needs ``transfer``), the options it
-    reads with the values each accepts, and which backends are installed on this server."""
+    reads with the values each accepts, the most nodes it takes (where fewer than the service's limit), and which
+    backends are installed on this server."""
     return StrategiesPublic(
         strategies=[StrategyPublic(name=s.name, summary=s.summary, backends=list(s.backends), knob=s.knob,
-                                   offloads=s.offloads,
+                                   offloads=s.offloads, max_nodes=s.node_limit.nodes if s.node_limit else None,
                                    options={name: OptionPublic(summary=o.summary, accepts=o.accepts)
                                             for name, o in s.options.items()})
                     for s in STRATEGIES.values()],

@@ -7,7 +7,7 @@ composed from it (:mod:`remat.solvers._registry`).
 
 from ._articulation import articulation_points, check_articulation_points
 from ._best import best_baseline
-from ._checkpoint import LARGEST_PLAN, checkpoint_all, checkpoint_last, checkpoint_last_schedule
+from ._checkpoint import LARGEST_GRAPH, LARGEST_PLAN, checkpoint_all, checkpoint_last, checkpoint_last_schedule
 from ._chen import (
     SEGMENT_BUDGET,
     ap_greedy,
@@ -18,7 +18,7 @@ from ._chen import (
     segment_budgets,
     sqrtn_checkpoints,
 )
-from ._griewank import SNAPSHOTS, binomial_steps, delivery_steps, griewank, revolve_schedule
+from ._griewank import LARGEST_CHAIN, SNAPSHOTS, binomial_steps, delivery_steps, griewank, revolve_schedule
 from ._knob import EXHAUSTIVE_LIMIT, TRIAL_LIMIT, search_knob
 from ._segments import retention_schedule, segment_schedule
 from ._table import BASELINES
@@ -26,6 +26,8 @@ from ._table import BASELINES
 __all__ = [
     "BASELINES",
     "EXHAUSTIVE_LIMIT",
+    "LARGEST_CHAIN",
+    "LARGEST_GRAPH",
     "LARGEST_PLAN",
     "SEGMENT_BUDGET",
     "SNAPSHOTS",

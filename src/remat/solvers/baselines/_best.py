@@ -52,7 +52,7 @@ def _cheaper(graph: Graph, budget: int, ctx: SolveContext, strategy: Strategy,
                          threads=ctx.limits.threads)
     sub = SolveContext(limits, stop_event=ctx.stop_event)
     try:
-        strategy.check(graph)
+        strategy.check_graph(graph)
         schedule = strategy.run(graph, budget, sub).schedule
         if schedule is None:
             return best

@@ -10,13 +10,19 @@ from remat.schedules import Graph, Schedule, ScheduleEntries, StrategyNotApplica
 
 from .._context import Outcome, SolveContext
 
-__all__ = ["LARGEST_PLAN", "check_checkpoint_last", "checkpoint_all", "checkpoint_last", "checkpoint_last_schedule"]
+__all__ = ["LARGEST_GRAPH", "LARGEST_PLAN", "check_checkpoint_last", "checkpoint_all", "checkpoint_last",
+           "checkpoint_last_schedule"]
 
 LARGEST_PLAN = 2_000_000
 """Most computations a checkpoint-last plan may hold: its plan grows with the square of the graph (a
 1,635-node LSTM: 1.0 million; a 7,956-node GPT: 15.6 million, which take tens of seconds to make and simulate:
 benchmarks/README.md, "checkpoint-last on a large graph").
 (docs/tuning.md)"""
+
+LARGEST_GRAPH = 20_000
+"""Most nodes of a graph checkpoint-last takes: counting its plan keeps every node's ancestors as a bit set, n^2 / 16
+bytes on a training graph (25,000 nodes: 148 MB and 0.4 s to refuse; 100,000: 1.4 GB and 5.6 s), and on such graphs
+the plan is far over :data:`LARGEST_PLAN` anyway. (docs/tuning.md)"""
 
 
 def checkpoint_all(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:

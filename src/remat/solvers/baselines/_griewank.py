@@ -29,14 +29,18 @@ from .._options import Option
 from ._knob import search_knob
 from ._segments import Interval, retention_schedule
 
-__all__ = ["MAX_SNAPSHOTS", "SNAPSHOTS", "SNAPSHOTS_OPTION", "binomial_steps", "delivery_steps", "griewank",
-           "revolve_schedule"]
+__all__ = ["LARGEST_CHAIN", "MAX_SNAPSHOTS", "SNAPSHOTS", "SNAPSHOTS_OPTION", "binomial_steps", "delivery_steps",
+           "griewank", "revolve_schedule"]
 
 SNAPSHOTS = "snapshots"
 """The revolve knob: how many forward values may be held as snapshots at once."""
 MAX_SNAPSHOTS = 2**31 - 1
 """Most snapshots a request may pin (more than any graph has forward nodes)."""
 SNAPSHOTS_OPTION = Option.whole("pin the number of snapshots instead of searching it", most=MAX_SNAPSHOTS)
+LARGEST_CHAIN = 5_000
+"""Most nodes of a graph griewank takes: the snapshot search builds schedules with few snapshots, whose
+recomputations grow with the square of the chain (a 5,000-node training chain: 13 s and 500 MB; 10,000 nodes: over
+8 GB or 90 s). (docs/tuning.md)"""
 
 
 def binomial_steps(steps: int, snapshots: int) -> int:

@@ -12,16 +12,17 @@ from ._anneal_milp import MILP_NODES
 from ._lp_rounding import OPTIONS as LP_OPTIONS
 from ._lp_rounding import checkmate_lp, rounding_candidates
 from ._milp import solve_milp
-from ._model import MAX_MEMORY_UNITS, CheckmateModel, MemoryScale, Solution, build_checkmate_model
+from ._model import MAX_MEMORY_UNITS, MODEL_NODES, CheckmateModel, MemoryScale, Solution, build_checkmate_model
 from ._offload_milp import ROUNDS, solve_offload_milp
 from ._offload_model import OffloadModel, build_offload_model
-from ._strategy import OPTIONS, PATHS, SolutionPath, checkmate
+from ._strategy import OPTIONS, PATHS, SolutionPath, check_path, checkmate
 from ._windows import NEAR_FLOOR, WIDTHS, prove_infeasible
 
 __all__ = [
     "LP_OPTIONS",
     "MAX_MEMORY_UNITS",
     "MILP_NODES",
+    "MODEL_NODES",
     "NEAR_FLOOR",
     "OPTIONS",
     "PATHS",
@@ -34,6 +35,7 @@ __all__ = [
     "SolutionPath",
     "build_checkmate_model",
     "build_offload_model",
+    "check_path",
     "checkmate",
     "checkmate_lp",
     "prove_infeasible",

@@ -37,7 +37,8 @@ from ..baselines import best_baseline
 from ._milp import engine_limits
 from ._model import CheckmateModel, build_checkmate_model
 
-__all__ = ["DEFAULT_ROUNDS", "MAX_ROUNDS", "MAX_THRESHOLDS", "OPTIONS", "checkmate_lp", "rounding_candidates"]
+__all__ = ["DEFAULT_ROUNDS", "MAX_ROUNDS", "MAX_THRESHOLDS", "OPTIONS", "checkmate_lp",
+           "rounding_candidates"]
 
 DEFAULT_ROUNDS = 64
 """Randomized roundings tried by default. (docs/tuning.md)"""

@@ -49,10 +49,16 @@ from remat.schedules import Graph, Plan, Schedule, Simulation, recompute_closure
 
 from ..backends import MilpBuilder, MilpModel
 
-__all__ = ["MAX_MEMORY_UNITS", "CheckmateModel", "MemoryScale", "Solution", "build_checkmate_model"]
+__all__ = ["MAX_MEMORY_UNITS", "MODEL_NODES", "CheckmateModel", "MemoryScale", "Solution", "build_checkmate_model"]
 
 MAX_MEMORY_UNITS = 2**30
 """Largest node size, in memory units, the model keeps exact; above it sizes are rounded up."""
+
+MODEL_NODES = 700
+"""Most nodes of a graph the whole model is built for (checkmate-lp, and checkmate's paths told to solve the full
+MILP): it has a variable per pair of stage and node and a row per stage and edge (678-node gpt-12: 0.9 million
+variables, 1.1 GB and 16 s to build its LP; rl500: 1.7 GB; 1,635-node lstm-48: 7.6 GB and 113 s; rl1000: over
+8 GB). (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)

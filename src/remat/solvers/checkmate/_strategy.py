@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import Graph, simulate_schedule
+from remat.schedules import Graph, StrategyNotApplicable, simulate_schedule
 
 from .._context import Outcome, SolveContext
 from .._options import Option
@@ -32,8 +32,9 @@ from ..baselines import best_baseline
 from ._anneal import anneal_path
 from ._anneal_milp import MILP_NODES, anneal_then_milp
 from ._milp import solve_milp
+from ._model import MODEL_NODES
 
-__all__ = ["OPTIONS", "PATHS", "SolutionPath", "checkmate"]
+__all__ = ["OPTIONS", "PATHS", "SolutionPath", "check_path", "checkmate"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class SolutionPath:
     baselines_first: bool = True
     """False for a path that runs the baselines itself, alongside its search (so that they do not
     delay its first plan), and never returns a plan worse than theirs; it then gets no warm start."""
+    whole_model: bool = False
+    """True for a path that builds the whole MILP, so that forcing it on a graph over :data:`MODEL_NODES` nodes
+    is refused."""
 
 
 PATHS: dict[str, SolutionPath] = {
@@ -56,8 +60,9 @@ PATHS: dict[str, SolutionPath] = {
                      f"{MILP_NODES} nodes).", anneal_path, fits=lambda graph: graph.size > MILP_NODES,
                      baselines_first=False),
         SolutionPath("anneal-milp", "A short anneal from the best baseline, then the full MILP warm-started "
-                     "from it.", anneal_then_milp, fits=lambda graph: graph.size <= MILP_NODES),
-        SolutionPath("milp", "The full MILP of the Checkmate paper (R, S, U, Free) on a MILP engine.", solve_milp),
+                     "from it.", anneal_then_milp, fits=lambda graph: graph.size <= MILP_NODES, whole_model=True),
+        SolutionPath("milp", "The full MILP of the Checkmate paper (R, S, U, Free) on a MILP engine.", solve_milp,
+                     whole_model=True),
     )
 }
 
@@ -79,10 +84,25 @@ def checkmate(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
 
 
 def _read_options(options: Mapping[str, Any], graph: Graph) -> tuple[SolutionPath, bool]:
-    """The solution path and whether to warm-start, from options solve() has checked against :data:`OPTIONS`."""
+    """The solution path and whether to warm-start, from options solve() has checked against :data:`OPTIONS`.
+
+    Raises StrategyNotApplicable as :func:`check_path` does.
+    """
+    check_path(graph, options)
     name = options.get("path")
     path = PATHS[name] if name is not None else next(p for p in PATHS.values() if p.fits(graph))
     return path, options.get("warm_start", True) is True
+
+
+def check_path(graph: Graph, options: Mapping[str, Any]) -> None:
+    """Raise StrategyNotApplicable (``field`` ``options``) when ``options`` force a path that builds the whole MILP
+    on a graph over :data:`MODEL_NODES` nodes (the paths picked by default build it only up to :data:`MILP_NODES`)."""
+    path = PATHS.get(str(options.get("path")))
+    if path is not None and path.whole_model and graph.size > MODEL_NODES:
+        raise StrategyNotApplicable(
+            f"Path {path.name!r} builds the whole MILP, which takes graphs of at most {MODEL_NODES:,} nodes (it has a "
+            f"variable for every pair of nodes); this one has {graph.size:,}. Leave 'path' unset: checkmate's "
+            f"'anneal' path takes it.", field="options")
 
 
 def _better(graph: Graph, budget: int, ctx: SolveContext, outcome: Outcome, warm: WarmStart | None) -> Outcome:

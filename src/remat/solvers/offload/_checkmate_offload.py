@@ -264,7 +264,7 @@ def _offload_baselines(graph: Graph, budget: int, ctx: SolveContext, best: _Best
         if ctx.stopped():
             return
         try:
-            strategy.check(graph)
+            strategy.check_graph(graph)
             found = strategy.run(graph, budget, ctx.detached(ctx.remaining_s()))
         except StrategyNotApplicable:
             continue
