@@ -66,8 +66,8 @@ COMPILERS = ("eager", "inductor")
 
 IN_FLIGHT_ROUNDS = 6
 """Solves of one graph planned for several micro-batches in flight: the budget as given, then one for each of
-``IN_FLIGHT_ROUNDS - 1`` bounds on what one micro-batch saves, evenly spaced below what the first plan saves.
-(docs/tuning.md)"""
+``IN_FLIGHT_ROUNDS - 1`` bounds on what one micro-batch saves, evenly spaced below what the first plan saves
+(and what leaves room for the least peak a plan can have). (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)
