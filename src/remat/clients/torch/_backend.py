@@ -317,9 +317,9 @@ class RematBackend:
             elif found is None or planned.simulation.cost < found.simulation.cost:
                 found = planned
         if found is None:
-            held_at_once = f"{others + 1} micro-batches or graphs of the step (FSDP2's blocks) at once"
-            raise PlanRejected(f"No plan holds {held_at_once} within {format_size(budget)}: {why} Raise the budget, "
-                               f"or plan for fewer micro-batches in flight.")
+            raise PlanRejected(f"No plan holds {others + 1} micro-batches in flight within {format_size(budget)} "
+                               f"(or FSDP2 blocks at once): {why} Raise the budget, or plan for fewer micro-batches "
+                               f"in flight.")
         return found
 
     def _in_flight_tries(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None, *,
