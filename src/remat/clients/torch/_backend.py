@@ -15,7 +15,10 @@ Graphs are planned as they come: a new input shape is a new graph with a plan of
 torch.compile recompiles. A step with graph breaks (torch.compile without ``fullgraph=True``) is
 several graphs, planned in the order they first run: ``activation_budget`` applies to each graph's
 own activations; a ``budget`` in bytes is shared, each graph getting what the graphs planned before
-it leave (the budget less their fixed memory and the values they keep for their backward).
+it leave (the budget less their fixed memory and the values they keep for their backward). A block of a model
+FSDP2 shards per block is planned as a micro-batch among others in flight: it leaves each of the graphs FSDP2
+will run after it (:func:`._fully_sharded.graphs_after`) as much room as it keeps itself, so that the first
+blocks do not keep everything the budget allows and starve the last.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +42,8 @@ from ._causal import causal_masks_as_flags
 from ._costs import node_costs
 from ._data_parallel import data_parallel_bucket_bytes
 from ._errors import CaptureError, PlanRejected, through_torch_compile
-from ._fully_sharded import fully_sharded_bytes, resharded_bytes
-from ._in_flight import RESERVE, held_at_split, micro_batch_bytes, reserve_bytes, with_reserve
+from ._fully_sharded import fully_sharded_bytes, graphs_after, resharded_bytes
+from ._in_flight import RESERVE, held_at_split, least_saved, micro_batch_bytes, reserve_bytes, with_reserve
 from ._inductor_order import INDUCTOR_CONFIG
 from ._joint import ENGINE, InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower
@@ -66,8 +69,8 @@ COMPILERS = ("eager", "inductor")
 
 IN_FLIGHT_ROUNDS = 6
 """Solves of one graph planned for several micro-batches in flight: the budget as given, then one for each of
-``IN_FLIGHT_ROUNDS - 1`` bounds on what one micro-batch saves, evenly spaced below what the first plan saves
-(and what leaves room for the least peak a plan can have). (docs/tuning.md)"""
+``IN_FLIGHT_ROUNDS - 1`` bounds on what one micro-batch saves, evenly spaced from below what the first plan saves
+down to the least any plan saves (its inputs and outputs). (docs/tuning.md)"""
 
 
 @dataclass(frozen=True)
@@ -230,9 +233,11 @@ class RematBackend:
         return run
 
     def plan(self, joint: JointGraph, graph: Graph, frame: tuple[int, frozenset[int]], *,
-             resharded: int = 0) -> tuple[fx.GraphModule, fx.GraphModule]:
+             resharded: int = 0, after: tuple[int, bool] = (0, False)) -> tuple[fx.GraphModule, fx.GraphModule]:
         """Plan ``graph`` (the joint graph's export) within the budget and lower the plan; ``resharded`` are the bytes
-        of its parameters that FSDP2 frees when its forward ends and gathers again for its backward."""
+        of its parameters that FSDP2 frees when its forward ends and gathers again for its backward, ``after`` the
+        blocks of the step that run while it holds what its forward saved and whether the root's graphs follow it
+        (:func:`._fully_sharded.graphs_after`)."""
         assert self.budget is not None and self.planner is not None
         held = 0 if self.whole_steps else sum(b for f, b in self._held.items() if f != frame)
         asked = self.budget.bytes_for(graph, joint, held_elsewhere=held)
@@ -244,7 +249,7 @@ class RematBackend:
             planned = self._check(inherited.result, inherited.source, inherited.budget, transfer,
                                   *_reserved(joint, graph, reserve))
         else:
-            planned = self._plan_in_flight(graph, joint, asked, transfer)
+            planned = self._plan_beside_later(graph, joint, asked, transfer, after)
         joint, graph, result, plan, simulation = planned.joint, planned.graph, planned.result, planned.plan, \
             planned.simulation
         if plan.has_transfers and self.compiler != "eager":
@@ -253,21 +258,45 @@ class RematBackend:
                                f"compiler={self.compiler!r}.")
         if self.compiler == "inductor":
             result, plan, simulation = _random_ops_once(graph, joint, result, plan, simulation, planned.budget)
-        # every graph of the step counts what the engine that runs it holds (DDP's buckets, FSDP2's): held once
+        # every graph of the step counts what the engine that runs it holds (DDP's buckets, FSDP2's): held once; its
+        # tangents come when its backward starts, made by the backward of a later graph, which counts them
         self._held[frame] = held_at_split(joint, graph, plan, simulation) - sum(joint.fixed[k] for k in ENGINE) \
-            - resharded
+            - resharded - joint.fixed["tangents"]
         self._record(PlannedGraph(joint, graph, result, plan, simulation, planned.budget, planned.source, asked,
                                   captured), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
 
-    def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None) -> _Solved:
-        """The graph's plan within ``budget`` beside the saved values of the other micro-batches in flight
-        (:attr:`Budget.in_flight`). Where the plan for the whole budget saves too much for them, the graph is solved
-        again with a reserve (:mod:`._in_flight`) for each of a few bounds on what one micro-batch saves (evenly
-        spaced below what the first plan saved, and below what leaves the others room for the least peak a plan
-        can have), within what the others then leave; the cheapest plan that fits beside them is kept."""
+    def _plan_beside_later(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None,
+                           after: tuple[int, bool]) -> _Solved:
+        """The graph's plan beside the other micro-batches in flight and, under a byte budget, the graphs of the step
+        that run while it holds what its forward saved: the blocks ``after`` it, and for the last block the root's
+        graphs, given a block's saved values where a plan leaves them that (their peak is taken to be no more than a
+        block's), else the plan of an earlier block that fits (made to leave room after it), else what is left (first
+        come, first served)."""
         assert self.budget is not None
-        others = self.budget.in_flight - 1
+        blocks, root = (0, False) if self.whole_steps or self.budget.total is None else after
+        others = self.budget.in_flight - 1 + blocks
+        if root:
+            try:
+                return self._plan_in_flight(graph, joint, budget, transfer, others=others + 1)
+            except PlanRejected:
+                earlier = [p for p in self._earlier_blocks(graph, joint, budget, transfer)
+                           if p.simulation.peak_memory + others * micro_batch_bytes(p.joint, p.graph, p.plan,
+                                                                                      p.simulation) <= budget]
+                if earlier:
+                    return min(earlier, key=lambda p: p.simulation.cost)
+        return self._plan_in_flight(graph, joint, budget, transfer, others=others)
+
+    def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None, *,
+                        others: int) -> _Solved:
+        """The graph's plan within ``budget`` beside the saved values of ``others`` like it: the other micro-batches
+        in flight (:attr:`Budget.in_flight`), and the graphs of the step that run while it holds what its forward
+        saved, taken to save as much (FSDP2's later blocks). Where the plan for the whole budget saves too much for
+        them, the graph is solved again with a reserve (:mod:`._in_flight`) for each of a few bounds on what one
+        micro-batch saves (evenly spaced from below what the first plan saved, and below what leaves the others room
+        for the least peak a plan can have, down to the least any plan saves), within what the others then leave; the
+        plans of the same graph made before (FSDP2's earlier blocks) are tried too (:meth:`_in_flight_tries`), and
+        the cheapest plan that fits beside them is kept."""
         # no plan for one micro-batch alone: none for several
         first = self._solve(joint, graph, budget=budget, transfer=transfer)
         saved = micro_batch_bytes(first.joint, first.graph, first.plan, first.simulation)
@@ -277,26 +306,51 @@ class RematBackend:
         why = (f"a plan within {format_size(budget)} peaks at {format_size(first.simulation.peak_memory)} "
                f"and the others save {format_size(others * saved)}.")
         top = min(saved, (budget - graph.min_feasible_budget) // others)  # more leaves no peak any plan reaches
-        for k in range(IN_FLIGHT_ROUNDS - 1, 0, -1):
-            bound = top * k // IN_FLIGHT_ROUNDS
-            peak = budget - others * bound
-            try:
-                planned = self._solve(*_reserved(joint, graph, reserve_bytes(joint, peak=peak, saved=bound)),
-                                      budget=peak, transfer=transfer)
-            except PlanRejected:
-                why = (f"no plan that saves at most {format_size(bound)} per micro-batch peaks within "
-                       f"{format_size(peak)}, what the others' saved values then leave.")
+        for planned in self._in_flight_tries(graph, joint, budget, transfer, others=others, top=top):
+            if isinstance(planned, str):
+                why = planned
                 continue
             held = others * micro_batch_bytes(planned.joint, planned.graph, planned.plan, planned.simulation)
             if planned.simulation.peak_memory + held > budget:
-                why = (f"a plan within {format_size(peak)} peaks at {format_size(planned.simulation.peak_memory)} "
-                       f"and the others save {format_size(held)}.")
+                why = (f"a plan within {format_size(planned.budget)} peaks at "
+                       f"{format_size(planned.simulation.peak_memory)} and the others save {format_size(held)}.")
             elif found is None or planned.simulation.cost < found.simulation.cost:
                 found = planned
         if found is None:
-            raise PlanRejected(f"No plan holds {others + 1} micro-batches in flight within {format_size(budget)}: "
-                               f"{why} Raise the budget, or plan for fewer micro-batches in flight.")
+            raise PlanRejected(f"No plan holds {others + 1} micro-batches in flight within {format_size(budget)} "
+                               f"(or FSDP2 blocks at once): {why} Raise the budget, or plan for fewer micro-batches "
+                               f"in flight.")
         return found
+
+    def _in_flight_tries(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None, *,
+                         others: int, top: int) -> Iterator[_Solved | str]:
+        """Plans to try beside ``others`` in flight, or why a try failed: solves with a reserve for bounds on what one
+        saves evenly spaced from below ``top`` down to the least any plan saves (where the plan that keeps only what
+        it must, which may be the one that fits, lies), then the plans of the same graph made before (FSDP2's earlier
+        blocks, whose plans may fit in a window of bounds too narrow for the solves to hit)."""
+        least = least_saved(joint)
+        for k in range(IN_FLIGHT_ROUNDS - 2, -1, -1) if top >= least else ():
+            bound = least + (top - least) * k // (IN_FLIGHT_ROUNDS - 1)
+            peak = budget - others * bound
+            try:
+                yield self._solve(*_reserved(joint, graph, reserve_bytes(joint, peak=peak, saved=bound)),
+                                  budget=peak, transfer=transfer)
+            except PlanRejected:
+                yield (f"no plan that saves at most {format_size(bound)} per micro-batch peaks within "
+                       f"{format_size(peak)}, what the others' saved values then leave.")
+        yield from self._earlier_blocks(graph, joint, budget, transfer)
+
+    def _earlier_blocks(self, graph: Graph, joint: JointGraph, budget: int,
+                        transfer: Transfer | None) -> Iterator[_Solved]:
+        """The plans made before for the same graph (FSDP2's earlier blocks) that fit ``budget``, checked on it."""
+        for earlier in self.planned:
+            if earlier.captured_sha256 != graph.sha256:
+                continue
+            reserve = earlier.joint.index[RESERVE].memory if RESERVE in earlier.joint.index else 0
+            try:
+                yield self._check(earlier.result, "earlier", budget, transfer, *_reserved(joint, graph, reserve))
+            except PlanRejected:
+                continue
 
     def _solve(self, joint: JointGraph, graph: Graph, *, budget: int, transfer: Transfer | None) -> _Solved:
         """The plan for ``graph`` within ``budget``, checked (PlanRejected unless it fits), with the budget it was
@@ -422,7 +476,9 @@ class _Partition:
         if self.backend.planner is None:
             self.backend.captured.append((joint, graph))
             raise DryRun()
-        return self.backend.plan(joint, graph, self.frame, resharded=resharded_bytes(_parameters(args, kinds)))
+        parameters = _parameters(args, kinds)
+        return self.backend.plan(joint, graph, self.frame, resharded=resharded_bytes(parameters),
+                                 after=graphs_after(parameters))
 
 
 def _inductor_partitioner(partition: _Partition) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["fully_sharded_bytes", "resharded_bytes"]
+__all__ = ["fully_sharded_bytes", "graphs_after", "resharded_bytes"]
 
 
 def fully_sharded_bytes(parameters: Iterable[torch.Tensor]) -> int:
@@ -50,6 +50,23 @@ def resharded_bytes(parameters: Iterable[torch.Tensor]) -> int:
     own = {id(p) for p in parameters}
     return sum(_unsharded_bytes(fp) for g in _groups_running(own) if g.post_forward_mesh_info is not None
                for fp in g.fsdp_params if id(getattr(fp, "_unsharded_param", None)) in own)
+
+
+def graphs_after(parameters: Iterable[torch.Tensor]) -> tuple[int, bool]:
+    """Graphs of the step that run while the graph whose parameters are ``parameters`` holds what its forward saved,
+    as FSDP2 knows them when it is compiled: the groups that reshard after their forward (blocks) whose forward has
+    not run yet in this step, not the graph's own; and whether the graph is the last block's, which the root's
+    graphs (its head and loss) follow. (0, False) outside FSDP2."""
+    own = {id(p) for p in parameters}
+    groups = _groups_running(own)
+    if not groups:
+        return 0, False
+    mine = [g for g in groups if any(id(getattr(fp, "_unsharded_param", None)) in own for fp in g.fsdp_params)]
+    ran = {id(g) for g in groups[0].comm_ctx.post_forward_order}
+    blocks = [g for g in groups if g.post_forward_mesh_info is not None and id(g) not in ran
+              and all(g is not m for m in mine)]
+    in_block = bool(mine) and all(g.post_forward_mesh_info is not None for g in mine)
+    return len(blocks), in_block and not blocks
 
 
 def _groups_running(own: set[int]) -> list[Any]:

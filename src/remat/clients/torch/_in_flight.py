@@ -16,7 +16,7 @@ from remat.schedules import Graph, Plan, Simulation
 from ._joint import ENGINE, JointGraph, Producer
 from ._lower import split_point
 
-__all__ = ["RESERVE", "held_at_split", "micro_batch_bytes", "reserve_bytes", "with_reserve"]
+__all__ = ["RESERVE", "held_at_split", "least_saved", "micro_batch_bytes", "reserve_bytes", "with_reserve"]
 
 RESERVE = "<reserve for micro-batches in flight>"
 
@@ -56,3 +56,9 @@ def micro_batch_bytes(joint: JointGraph, graph: Graph, plan: Plan, simulation: S
     """Bytes one micro-batch holds between its forward and its backward: what the step holds when its backward
     starts, less what every micro-batch shares."""
     return held_at_split(joint, graph, plan, simulation) - sum(joint.fixed[k] for k in SHARED)
+
+
+def least_saved(joint: JointGraph) -> int:
+    """The least :func:`micro_batch_bytes` of any plan: the fixed memory every micro-batch holds of its own (its
+    inputs and outputs), which no plan frees before its backward."""
+    return joint.fixed_memory - sum(joint.fixed[k] for k in SHARED)
