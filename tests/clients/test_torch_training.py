@@ -393,7 +393,8 @@ def test_graphs_of_one_step_share_a_byte_budget_in_the_order_they_run():
     from remat.clients.torch._lower import split_point
 
     held = int(first.simulation.timeline[split_point(first.joint, steps) - 1])
-    assert first.budget == budget and second.budget == budget - held
+    # less its tangents: they come when its backward starts, made by the second graph's backward, which counts them
+    assert first.budget == budget and second.budget == budget - (held - first.joint.fixed["tangents"])
     # the first graph holds its state and its output (the second graph's input) across the second
     assert held >= first.graph.fixed_memory and first.joint.fixed["outputs"] == 64 * 32 * 4
 
