@@ -8,7 +8,8 @@ overhead of the returned (simulated) plan, the proved lower bound as an overhead
 the first plan that fits and the final plan were reported (progress events, seconds since the
 start), when the plan came within 1 % and 0.1 % of the final one, the best baseline's overhead and
 the published Checkmate-MILP and Moccasin results; then the same solve stopping on convergence
-(:class:`remat.solvers.Convergence`, the PyTorch client's default): its overhead and time.
+(:class:`remat.solvers.Convergence`, the PyTorch client's default): its overhead, bound and time, and
+how many points its plan lies above the one run to the limit.
 
     python benchmarks/large.py                                   # everything: about 45 minutes
     python benchmarks/large.py --graphs rl1000,resnet50 --ratios 0.8 --time-limit 60
@@ -49,7 +50,7 @@ def run(path: Path, ratio: float, time_limit_s: float, threads: int) -> str:
     published = PUBLISHED.get((path.stem, ratio), ("", ""))
     head = f"| {path.stem} | {g.size} | {ratio} |"
     if budget < g.min_feasible_budget:
-        return f"{head} infeasible (under the smallest feasible budget) {'| ' * 11}{' | '.join(published)} |"
+        return f"{head} infeasible (under the smallest feasible budget) {'| ' * 13}{' | '.join(published)} |"
     events: list[Progress] = []
     result = solve(g, budget=budget, strategy="checkmate", time_limit_s=time_limit_s, threads=threads,
                    on_progress=events.append, convergence=None)
@@ -63,7 +64,14 @@ def run(path: Path, ratio: float, time_limit_s: float, threads: int) -> str:
     status = result.status.value + (f" ({result.fallback})" if result.fallback else "")
     return (f"{head} {percent(result.cost, g.base_cost)} | {percent(result.lower_bound, g.base_cost)} | {status} | "
             f"{first} | {' | '.join(within[1:])} | {within[0]} | {result.solve_time_s:.1f} | {baseline} | "
-            f"{percent(converged.cost, g.base_cost)} | {converged.solve_time_s:.1f} | {' | '.join(published)} |")
+            f"{percent(converged.cost, g.base_cost)} | {percent(converged.lower_bound, g.base_cost)} | "
+            f"{converged.solve_time_s:.1f} | {points(converged.cost, result.cost, g.base_cost)} | "
+            f"{' | '.join(published)} |")
+
+
+def points(cost: float | None, against: float | None, base: float) -> str:
+    """How many points of overhead ``cost`` lies above ``against``."""
+    return "-" if cost is None or against is None else f"{100 * (cost - against) / base:+.2f}"
 
 
 def reached(fitting: list[Progress], final: float | None, tolerance: float) -> str:
@@ -87,9 +95,9 @@ def main() -> None:
           f"time limit {args.time_limit:g} s, {args.threads} threads; load average at start "
           f"{os.getloadavg()[0]:.1f}\n")
     print("| graph | nodes | r | overhead | lower bound | status | first plan (s) | within 1 % (s) | within 0.1 % (s) "
-          "| final plan (s) | time (s) | best baseline | converged | converged (s) | Checkmate MILP (published) "
-          "| Moccasin (published) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| final plan (s) | time (s) | best baseline | converged | its bound | converged (s) | converged - limit "
+          "(points) | Checkmate MILP (published) | Moccasin (published) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     started = time.monotonic()
     for path in graph_paths(names, args.extra):
         for ratio in ratios:

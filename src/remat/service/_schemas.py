@@ -93,6 +93,9 @@ class ConvergenceIn(BaseModel):
     max_windows: float = Field(DEFAULT_CONVERGENCE.max_windows, ge=1, le=100, allow_inf_nan=False,
                                description="the longest window, in windows of window_s (also the window before "
                                            "any bound is proved)")
+    horizon_s: float = Field(DEFAULT_CONVERGENCE.horizon_s, gt=0, le=86400, allow_inf_nan=False,
+                             description="seconds from the start past which the longer windows do not reach "
+                                         "(a window is never shorter than window_s)")
 
 
 class _SolveOptions(JsonRequest):
@@ -103,11 +106,12 @@ class _SolveOptions(JsonRequest):
                                        description="seconds per solve at most; default and maximum are server settings")
     convergence: ConvergenceIn | None = Field(
         ConvergenceIn(window_s=DEFAULT_CONVERGENCE.window_s, tolerance=DEFAULT_CONVERGENCE.tolerance,
-                      gap_per_window=DEFAULT_CONVERGENCE.gap_per_window, max_windows=DEFAULT_CONVERGENCE.max_windows),
+                      gap_per_window=DEFAULT_CONVERGENCE.gap_per_window, max_windows=DEFAULT_CONVERGENCE.max_windows,
+                      horizon_s=DEFAULT_CONVERGENCE.horizon_s),
         description="stop a solve once its best plan improved by less than tolerance (a fraction) in window_s "
                     "seconds, one window_s more for each gap_per_window of gap to its lower bound, up to "
-                    "max_windows (default: 0.25 % in 2 s, 2 s more per point of gap, up to 10 s); null runs "
-                    "every solve to its time limit")
+                    "max_windows, not reaching past horizon_s from the start (default: 0.25 % in 2 s, 2 s more per "
+                    "point of gap, up to 10 s, not past 20 s); null runs every solve to its time limit")
     mip_gap: float = Field(DEFAULT_MIP_GAP, ge=0, lt=1, description="relative gap that counts as optimal")
     transfer: dict[str, Any] | None = Field(
         None, max_length=3, examples=[{"bandwidth": 5e7, "latency": 0.01},

@@ -133,7 +133,7 @@ def _finish(graph: Graph, strategy: str, budget: int, outcome: Outcome, ctx: Sol
     if reason is StopReason.CONVERGED and rule is not None:
         if outcome.found:
             log.append(f"stopped when converged: the best plan improved by less than {rule.tolerance:.2%} "
-                       f"in {rule.window_for(ctx.record.gap()):g} s")
+                       f"in {rule.window_for(ctx.record.gap(), ctx.elapsed_s()):.3g} s")
         else:
             log.append(f"stopped when converged: no plan fits, and the leanest plan's peak fell by less than "
                        f"{rule.tolerance:.2%} in {rule.floor_window_s:g} s")
