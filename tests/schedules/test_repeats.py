@@ -108,3 +108,20 @@ def test_runs_do_not_overlap():
     graph = stacked_blocks(9)
     nodes = np.concatenate([run.nodes.ravel() for run in find_repeats(graph)])
     assert len(nodes) == len(set(nodes.tolist()))
+
+
+def test_a_kernels_workspace_joins_the_block_of_the_kernel_that_reads_it():
+    """Captured graphs give a backward kernel's workspace a node of its own that reads nothing."""
+    doc = stacked_blocks(8).to_json()
+    nodes = []
+    for node in doc["nodes"]:
+        if node["id"].startswith("gs"):
+            nodes.append({"id": f"<workspace of {node['id']}>", "deps": [], "cost": 0.0, "memory": 3,
+                          "kind": "backward"})
+            node = {**node, "deps": [*node["deps"], nodes[-1]["id"]]}
+        nodes.append(node)
+    graph = Graph.from_json({**doc, "nodes": nodes})
+    (run,) = find_repeats(graph)
+    assert (run.count, run.size) == (8, len(ROLES) + 1)
+    _check_copies(graph, run)
+    assert all(f"<workspace of gs{k}>" in _roles(graph, run, k) for k in range(8))

@@ -13,7 +13,7 @@ Finding them takes time in proportion to the graph: forward nodes become tokens 
 their deps as distances back along the forward pass), candidate periods are the commonest distances
 between equal tokens, and a period's runs are where the token sequence repeats itself. Each backward
 node joins the block of its latest forward dep in a run (or, reading no forward node of a run, the
-earliest block among its backward deps), and blocks whose full signatures differ from the run's
+earliest block among its backward deps; reading nothing, its readers'), and blocks whose full signatures differ from the run's
 commonest one split the run.
 """
 
@@ -183,7 +183,8 @@ def _verified_runs(graph: Graph, forward_blocks: np.ndarray, labels: np.ndarray,
 
 def _assign_backward(graph: Graph, block: np.ndarray, count: int) -> None:
     """Give each backward node (in place) the latest block among its forward deps, or, reading no forward
-    node, the earliest among its backward deps; -1 (outside) when that is no block of the run.
+    node, the earliest among its backward deps, or, reading nothing (a kernel's workspace), the earliest
+    block among its readers; -1 (outside) when that is no block of the run.
 
     Forward nodes outside the run count as before its first block or after its last, by where they run,
     so that a backward node of the blocks before the run (reading its first block's gradient) or after
@@ -203,6 +204,9 @@ def _assign_backward(graph: Graph, block: np.ndarray, count: int) -> None:
             side[v] = min(int(side[u]) for u in deps)
         else:
             side[v] = count
+    for v in np.flatnonzero(backward).tolist():
+        if not graph.deps[v] and graph.users[v]:  # a kernel's workspace: its reader's block
+            side[v] = min(int(side[w]) for w in graph.users[v])
     inside = backward & (side >= 0) & (side < count)
     block[inside] = side[inside]
 
