@@ -13,8 +13,8 @@ Finding them takes time in proportion to the graph: forward nodes become tokens 
 their deps as distances back along the forward pass), candidate periods are the commonest distances
 between equal tokens, and a period's runs are where the token sequence repeats itself. Each backward
 node joins the block of its latest forward dep in a run (or, reading no forward node of a run, the
-earliest block among its backward deps; reading nothing, its readers'), and blocks whose full signatures differ from the run's
-commonest one split the run.
+earliest block among its backward deps; reading nothing, its readers'), and blocks whose full
+signatures differ from the run's commonest one split the run.
 """
 
 from __future__ import annotations

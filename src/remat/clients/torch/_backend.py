@@ -278,25 +278,25 @@ class RematBackend:
         others = self.budget.in_flight - 1 + blocks
         if root:
             try:
-                return self._plan_in_flight(graph, joint, budget, transfer, others=others + 1)
+                return self._plan_in_flight(graph, joint, budget, transfer, others=others + 1, blocks=blocks + 1)
             except PlanRejected:
                 earlier = [p for p in self._earlier_blocks(graph, joint, budget, transfer)
                            if p.simulation.peak_memory + others * micro_batch_bytes(p.joint, p.graph, p.plan,
                                                                                       p.simulation) <= budget]
                 if earlier:
                     return min(earlier, key=lambda p: p.simulation.cost)
-        return self._plan_in_flight(graph, joint, budget, transfer, others=others)
+        return self._plan_in_flight(graph, joint, budget, transfer, others=others, blocks=blocks)
 
     def _plan_in_flight(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None, *,
-                        others: int) -> _Solved:
+                        others: int, blocks: int = 0) -> _Solved:
         """The graph's plan within ``budget`` beside the saved values of ``others`` like it: the other micro-batches
         in flight (:attr:`Budget.in_flight`), and the graphs of the step that run while it holds what its forward
-        saved, taken to save as much (FSDP2's later blocks). Where the plan for the whole budget saves too much for
-        them, the graph is solved again with a reserve (:mod:`._in_flight`) for each of a few bounds on what one
-        micro-batch saves (evenly spaced from below what the first plan saved, and below what leaves the others room
-        for the least peak a plan can have, down to the least any plan saves), within what the others then leave; the
-        plans of the same graph made before (FSDP2's earlier blocks) are tried too (:meth:`_in_flight_tries`), and
-        the cheapest plan that fits beside them is kept."""
+        saved, taken to save as much (FSDP2's later blocks, ``blocks`` of the ``others``). Where the plan for the
+        whole budget saves too much for them, the graph is solved again with a reserve (:mod:`._in_flight`) for each
+        of a few bounds on what one micro-batch saves (evenly spaced from below what the first plan saved, and below
+        what leaves the others room for the least peak a plan can have, down to the least any plan saves), within what
+        the others then leave; the plans of the same graph made before (FSDP2's earlier blocks) are tried too
+        (:meth:`_in_flight_tries`), and the cheapest plan that fits beside them is kept."""
         # no plan for one micro-batch alone: none for several
         first = self._solve(joint, graph, budget=budget, transfer=transfer)
         saved = micro_batch_bytes(first.joint, first.graph, first.plan, first.simulation)
@@ -317,9 +317,7 @@ class RematBackend:
             elif found is None or planned.simulation.cost < found.simulation.cost:
                 found = planned
         if found is None:
-            raise PlanRejected(f"No plan holds {others + 1} micro-batches in flight within {format_size(budget)} "
-                               f"(or FSDP2 blocks at once): {why} Raise the budget, or plan for fewer micro-batches "
-                               f"in flight.")
+            raise PlanRejected(_no_room_for_others(others, blocks, budget, why))
         return found
 
     def _in_flight_tries(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None, *,
@@ -428,6 +426,18 @@ class RematBackend:
             costs, unit = node_costs(joint, [*args, *_ones_for(joint)], cost_model="measured", device=self.device)
             self._measured[structure] = joint.to_graph(costs, cost_unit=unit)
         return self._measured[structure]
+
+
+def _no_room_for_others(others: int, blocks: int, budget: int, why: str) -> str:
+    """Why no plan holds the graph beside ``others`` saving as much (``blocks`` of them FSDP2's later blocks), and
+    what to change."""
+    if blocks == 0:
+        return (f"No plan holds {others + 1} micro-batches in flight within {format_size(budget)}: {why} Raise the "
+                f"budget, or plan for fewer micro-batches in flight.")
+    in_flight = f" and {others - blocks} more micro-batches in flight" if others > blocks else ""
+    return (f"No plan leaves room within {format_size(budget)} for the {blocks} FSDP2 blocks that run while this "
+            f"block holds what its forward saved{in_flight}: {why} Raise the budget, or give activation_budget, "
+            f"which plans each block for a share of its own activation memory.")
 
 
 def _reserved(joint: JointGraph, graph: Graph, nbytes: int) -> tuple[JointGraph, Graph]:
