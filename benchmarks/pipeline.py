@@ -8,9 +8,9 @@ every block runs under ``torch.utils.checkpoint`` (the uniform policy); the per-
 times (``--budget-scale``) the largest step peak of its ranks (one device size for all). Then each
 stage is ``rematerialize()``-d with that budget and ``in_flight`` = 4 - stage (the micro-batches 1F1B
 has it hold at once); the last stage's budget leaves room for the peak of the schedule's loss function,
-which runs outside the stage's graph. Per rank: the step peak (the stage's parameters plus what the step allocates,
-counted to the byte by :class:`remat.clients.torch.LiveBytes`, the pipeline's own receive buffers
-included), the step's median CPU time (one intra-op thread per process) and, for remat, the plans it
+which runs outside the stage's graph. Per rank: the step peak (the stage's parameters and the receive buffers
+the pipeline keeps from step to step, plus what the step allocates, counted to the byte by
+:class:`remat.clients.torch.LiveBytes`), the step's median CPU time (one intra-op thread per process) and, for remat, the plans it
 made, their overhead and their peak with the other micro-batches' saved values; a stage remat refuses
 runs without it (its row says so), so that the other stages can still be measured.
 
@@ -97,7 +97,14 @@ def _measure(rank: int, module: nn.Module, params: nn.Module, steps: int) -> dic
         step()
     state = sum(p.numel() * p.element_size() for p in params.parameters())
     time = time_call(step, device=torch.device("cpu"), repeats=steps, warmup=0, cpu_time=True)
-    return {"peak": state + live.peak, "time": time.median_s}
+    return {"peak": state + _receive_buffers(stage) + live.peak, "time": time.median_s}
+
+
+def _receive_buffers(stage: PipelineStage) -> int:
+    """Bytes of the buffers the stage allocated in its first step to receive activations and gradients, one per
+    micro-batch, which it keeps from step to step (LiveBytes counts only what a step allocates)."""
+    received = [*stage.args_recv_info.values(), *stage.grad_recv_info.values()]
+    return sum(r.buffer.numel() * r.buffer.element_size() for infos in received for r in infos if r.buffer is not None)
 
 
 def _rank(rank: int, out: str, steps: int, scale: float) -> None:

@@ -41,6 +41,8 @@ VOCAB = 256
 BUCKET_MB = 1
 FSDP_BATCH = (8, 64)
 """The FSDP2 run's batch, in tokens, whose activations outweigh what FSDP2 holds."""
+MICRO_BATCHES = 4
+"""The pipeline run's micro-batches per step."""
 FSDP_BUDGET = 16_500_000
 """The FSDP2 run's budget per rank: 1.07 times the 15.39 MB per-block checkpointing (transformers') measures on this
 run, where each block is planned to leave the blocks after it room for as much as it keeps, and every block
@@ -168,9 +170,9 @@ def _pipeline(rank: int, world: int) -> dict[str, Any]:
     inputs, targets = (torch.randn(512, 64, generator=torch.Generator().manual_seed(k)) for k in (0, 1))
     micro_batch = torch.randn(128, 64, requires_grad=rank > 0)  # a later stage's input carries a gradient
 
-    def train(module: torch.nn.Module) -> tuple[list[float], list[torch.Tensor]]:
+    def train(module: torch.nn.Module) -> tuple[list[float], list[torch.Tensor], dict[str, int]]:
         stage = PipelineStage(module, rank, world, torch.device("cpu"))
-        schedule = Schedule1F1B(stage, n_microbatches=4, loss_fn=lambda out, y: ((out - y) ** 2).mean())
+        schedule = Schedule1F1B(stage, n_microbatches=MICRO_BATCHES, loss_fn=lambda out, y: ((out - y) ** 2).mean())
         losses: list[torch.Tensor] = []
         if rank == 0:
             schedule.step(inputs)
@@ -178,14 +180,19 @@ def _pipeline(rank: int, world: int) -> dict[str, Any]:
             schedule.step(target=targets, losses=losses)
         else:
             schedule.step()
-        return [float(loss) for loss in losses], [p.grad.clone() for p in module.parameters()]
+        received = {"activations": stage.args_recv_info, "gradients": stage.grad_recv_info}
+        buffers = {name: sum(r.buffer.numel() * r.buffer.element_size() for infos in by_micro_batch.values()
+                             for r in infos if r.buffer is not None) for name, by_micro_batch in received.items()}
+        return [float(loss) for loss in losses], [p.grad.clone() for p in module.parameters()], buffers
 
-    expected_losses, expected = train(stage_module())
+    expected_losses, expected, _ = train(stage_module())
     model = stage_module()
     planned = rematerialize(model, (micro_batch,), activation_budget=0.8, time_limit_s=5, progress=False, cache=False)
-    losses, gradients = train(planned)
+    losses, gradients, buffers = train(planned)
     return {"losses": losses, "expected_losses": expected_losses, "plans": len(planned.plans),
-            "difference": max((g - e).abs().max().item() for g, e in zip(gradients, expected, strict=True))}
+            "difference": max((g - e).abs().max().item() for g, e in zip(gradients, expected, strict=True)),
+            "micro_batches": MICRO_BATCHES, "stage_buffers": buffers,
+            "planned_buffers": [p.joint.fixed["pipeline_buffers"] for p in planned.plans]}
 
 
 RUNS = {"ddp": _ddp, "plans": _plans, "fsdp": _fsdp, "pipeline": _pipeline}

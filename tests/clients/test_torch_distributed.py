@@ -74,7 +74,14 @@ def test_pipeline_stages_planned_apart_train_as_the_pipeline_without_remat(tmp_p
     stages = _run("pipeline", 2, tmp_path)
     for found in stages:
         assert found["difference"] == 0.0
-        assert found["plans"] == 2  # the second planned inside the pipeline's step, when the stages are not in step
+        # planned again inside the pipeline's step with its receive buffers, and for the micro-batches after the
+        # first, which add into the gradients
+        assert found["plans"] == 3
+        activations, gradients = found["stage_buffers"]["activations"], found["stage_buffers"]["gradients"]
+        n = found["micro_batches"]  # all but the running micro-batch's buffers, and the inputs' gradient before it
+        assert found["planned_buffers"] == [0] + [activations + gradients * (n - 1) // n] * 2
+    assert stages[0]["stage_buffers"]["activations"] == 0 < stages[0]["stage_buffers"]["gradients"]
+    assert stages[1]["stage_buffers"]["gradients"] == 0 < stages[1]["stage_buffers"]["activations"]
     assert stages[-1]["losses"] == stages[-1]["expected_losses"] and len(stages[-1]["losses"]) == 4
 
 

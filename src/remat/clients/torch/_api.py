@@ -38,6 +38,7 @@ from ._explain import Explanation, backward_starts, explain
 from ._joint import JointGraph
 from ._modes import modes_set_aside
 from ._outputs import AUTO, NO_GRADIENT
+from ._pipeline_stage import StageRole, running_stage
 from ._planning import Budget, Planner, default_strategy
 from ._transfer import TransferSpec
 
@@ -66,9 +67,10 @@ class RematModule(nn.Module):
         self.model = model
         self.loss_fn = loss_fn
         self.backend = backend
-        self._steps: dict[tuple[bool, int], Callable[..., Any]] = {}
-        """The compiled step by whether it adds into gradients the parameters hold and by the bytes of the gradient
-        buckets of the DistributedDataParallel that runs it (0 without one)."""
+        self._steps: dict[tuple[bool, int, StageRole | None], Callable[..., Any]] = {}
+        """The compiled step by whether it adds into gradients the parameters hold, by the bytes of the gradient
+        buckets of the DistributedDataParallel that runs it (0 without one) and by the role of the pipeline stage
+        that runs it (None without one)."""
         self._register_load_state_dict_pre_hook(_under_model)  # type: ignore[no-untyped-call]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -93,9 +95,9 @@ class RematModule(nn.Module):
 
     def _step(self) -> Callable[..., Any]:
         """The compiled step for the parameters as they are: a step that adds into gradients they already hold
-        (gradient accumulation) holds those too, and one that a DistributedDataParallel runs holds its buckets,
-        so each has a plan of its own."""
-        key = (any(p.grad is not None for p in self.model.parameters()), data_parallel_bucket_bytes())
+        (gradient accumulation) holds those too, one that a DistributedDataParallel runs holds its buckets, and one
+        that a pipeline stage runs its receive buffers, so each has a plan of its own."""
+        key = (any(p.grad is not None for p in self.model.parameters()), data_parallel_bucket_bytes(), running_stage())
         if key not in self._steps:
             self._steps[key] = compile_step(self.model, self.loss_fn, self.backend, self.backend.backward_from)
         return self._steps[key]

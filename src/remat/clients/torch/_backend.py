@@ -49,6 +49,7 @@ from ._joint import ENGINE, InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower
 from ._modes import under_modes_set_aside
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
+from ._pipeline_stage import pipeline_buffer_bytes, running_stage
 from ._planning import (
     Budget,
     Planner,
@@ -480,6 +481,8 @@ class _Partition:
         joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
                          drop_outputs=self.drop_outputs, accumulating=self.accumulating,
                          engine=_engine_memory(args, kinds))
+        buffers = pipeline_buffer_bytes(running_stage(), inputs=joint.fixed["inputs"], tangents=joint.fixed["tangents"])
+        joint = dataclasses.replace(joint, fixed={**joint.fixed, "pipeline_buffers": buffers})
         with unset_fake_temporarily():
             joint = with_workspaces(joint, kernel_workspaces(joint))
             graph = self.backend.costed(joint, args)
@@ -558,7 +561,8 @@ def _graph_key(example_inputs: Sequence[Any]) -> tuple[int, frozenset[int]]:
 
 
 def _engine_memory(args: Sequence[Any] | None, kinds: Sequence[InputKind]) -> dict[str, int]:
-    """What the distributed engine running the graph holds beside it, by ENGINE category."""
+    """What the distributed engine running the graph holds beside it, by ENGINE category (a pipeline stage's
+    buffers, which follow from the graph's inputs and tangents, apart)."""
     return {"data_parallel_buckets": data_parallel_bucket_bytes(),
             "fully_sharded": fully_sharded_bytes(_parameters(args, kinds))}
 

@@ -71,10 +71,11 @@ losses), where the trace's fake tensor has the scalar's bytes alone."""
 InputKind = Literal["parameter", "buffer", "input"]
 """What a primal input of the joint graph is: a parameter, a buffer (module state) or a step input."""
 
-ENGINE = ("data_parallel_buckets", "fully_sharded")
+ENGINE = ("data_parallel_buckets", "fully_sharded", "pipeline_buffers")
 """The parts of fixed memory the distributed engine that runs the step holds beside it: a DistributedDataParallel's
 gradient buckets (:mod:`._data_parallel`), FSDP2's shards and the parameters and buffers it gathers or reduces
-(:mod:`._fully_sharded`). A step split into several graphs holds them once."""
+(:mod:`._fully_sharded`), a pipeline stage's receive buffers (:mod:`._pipeline_stage`). A step split into several
+graphs holds them once."""
 
 RESIDENT = ("parameters", "buffers", "inputs", "constants", "gradients", *ENGINE)
 """The parts of fixed memory a step holds whether or not it rematerializes: its state, its inputs, the
