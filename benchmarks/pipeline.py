@@ -10,9 +10,10 @@ stage is ``rematerialize()``-d with that budget and ``in_flight`` = 4 - stage (t
 has it hold at once); the last stage's budget leaves room for the peak of the schedule's loss function,
 which runs outside the stage's graph. Per rank: the step peak (the stage's parameters and the receive buffers
 the pipeline keeps from step to step, plus what the step allocates, counted to the byte by
-:class:`remat.clients.torch.LiveBytes`), the step's median CPU time (one intra-op thread per process) and, for remat, the plans it
-made, their overhead and their peak with the other micro-batches' saved values; a stage remat refuses
-runs without it (its row says so), so that the other stages can still be measured.
+:class:`remat.clients.torch.LiveBytes`), the step's median CPU time (one intra-op thread per process)
+and, for remat, the plans it made, their overhead and their peak with the other micro-batches' saved
+values; a stage remat refuses runs without it (its row says so), so that the other stages can still be
+measured.
 
     python benchmarks/pipeline.py                       # 4 ranks, a budget of 1.5x checkpointing's peak
     python benchmarks/pipeline.py --budget-scale 1      # at checkpointing's peak
