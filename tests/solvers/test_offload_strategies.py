@@ -6,6 +6,8 @@ and peaks at 131 (while g3 runs); g1 alone needs x1, g2 and g1 (120), the smalle
 At 50 bytes per cost unit a copy of x1 lasts 2, of x2 0.2; at 10 (SLOW), 10 and 1: slower than the computes.
 """
 
+import heapq
+
 import pytest
 from factories import benchmark_graph, chain, graph_doc, random_chains, random_dags, three_layers
 from hypothesis import given, settings
@@ -250,3 +252,47 @@ def test_a_graph_without_a_backward_pass_has_nothing_for_offload_all():
                                    {"id": "b", "deps": ["a"], "cost": 1, "memory": 5}]))
     result = solve(g, budget=10, strategy="offload-all", transfer=LINK)
     assert not result.plan.has_transfers and result.cost == 2.0
+
+
+class _OneByOne(WindowPlanner):
+    """The late reloads as first written: each compute over the budget delays the reloads back and not yet read,
+    one by one, the one read last first (a time per compute that grows with the reloads waiting)."""
+
+    def _delay_reloads(self, chosen, back, over, stopped):
+        arriving = sorted(chosen, key=back.__getitem__)
+        waiting, k = [], 0
+        for i in range(len(over)):
+            while k < len(arriving) and back[arriving[k]] <= i:
+                heapq.heappush(waiting, (-self.read[arriving[k]], arriving[k]))
+                k += 1
+            delayed = []
+            while over[i] > 0 and waiting:
+                read, j = heapq.heappop(waiting)
+                if -read <= i:
+                    continue
+                over[back[j]:i + 1] -= self.gaps[j].bytes
+                back[j] = i + 1
+                delayed.append((read, j))
+            for entry in delayed:
+                heapq.heappush(waiting, entry)
+        return True
+
+
+@pytest.mark.parametrize("name", ["captured/resnet-8x3", "captured/unet-6", "captured/gpt-12"])
+def test_the_late_reloads_are_those_of_the_walk_that_delays_them_one_by_one(name):
+    g = benchmark_graph(name)
+    for bandwidth in (0.5, 2.0):
+        transfer = Transfer(bandwidth=bandwidth * float(g.memory.sum()) / g.base_cost)
+        planner, reference = WindowPlanner(g, transfer), _OneByOne(g, transfer)
+        for ratio in (0.8, 0.6, 0.4):
+            budget = g.min_feasible_budget + int(ratio * (g.checkpoint_all_peak - g.min_feasible_budget))
+            for window in planner.windows()[::3]:
+                assert planner.plan(window=window, budget=budget).steps == \
+                    reference.plan(window=window, budget=budget).steps, (bandwidth, ratio, window)
+
+
+def test_a_window_planned_after_the_solve_was_stopped_is_given_up():
+    g = CAPTURED
+    planner = WindowPlanner(g, Transfer(bandwidth=float(g.memory.sum()) / g.base_cost))
+    budget = (g.min_feasible_budget + g.checkpoint_all_peak) // 2
+    assert planner.plan(window=planner.windows()[-1], budget=budget, stopped=lambda: True) is None

@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_CONVERGENCE",
     "DEFAULT_MIP_GAP",
     "DEFAULT_TIME_LIMIT_S",
+    "FINISH_S_PER_NODE",
     "OffloadSettings",
     "Outcome",
     "Progress",
@@ -50,6 +51,11 @@ DEFAULT_MIP_GAP = 1e-4
 REPORT_EVERY_S = 0.5
 """Least seconds between two progress reports of a new best found by a search (the first goes out at once).
 (docs/tuning.md)"""
+
+FINISH_S_PER_NODE = 4e-5
+"""Seconds per node of the graph that a search leaves before the time limit for what follows it (the
+schedule, plan and simulation of the best plan: 2.1 to 2.5 s on the 100,000-node GPT, more on loaded
+cores: with 3 s a converged solve returned after 30.3 s). (docs/tuning.md)"""
 
 FLOOR_WINDOWS = 5
 """How many convergence windows the leanest plan's peak must have stopped falling for, while no plan
@@ -271,6 +277,11 @@ class SolveContext:
         else: stop flag, progress sink and record."""
         limit = min(self.limits.time_limit_s, self.elapsed_s() + seconds)
         return dataclasses.replace(self, limits=dataclasses.replace(self.limits, time_limit_s=limit))
+
+    def finishing(self, nodes: int) -> SolveContext:
+        """A copy that ends :data:`FINISH_S_PER_NODE` per node before this context's limit: a search on a graph of
+        ``nodes`` nodes leaves what follows it (the best plan simulated) time to end by the limit."""
+        return self.within(max(0.0, self.remaining_s() - FINISH_S_PER_NODE * nodes))
 
     def reporting_to(self, sink: Callable[[Progress], None] | None) -> SolveContext:
         """A copy whose progress goes to ``sink`` (a filter in front of this context's own sink, or None for

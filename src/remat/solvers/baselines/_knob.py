@@ -57,13 +57,15 @@ def search_knob(
     *,
     knob: str,
     values: Sequence[KnobValue],
-    build: Callable[[KnobValue], Schedule | Plan],
+    build: Callable[[KnobValue], Schedule | Plan | None],
     key: Callable[[KnobValue], Hashable] | None = None,
 ) -> Outcome:
     """The best schedule or plan over ``values`` (ordered along the knob), each candidate tried judged by
     its plan's peak and cost.
 
     ``key`` maps a knob value to what determines its schedule, so equal neighbours are tried once.
+    ``build`` may give None when the solve was stopped while it built the candidate (not the first), which is
+    then not tried.
     Up to :data:`EXHAUSTIVE_LIMIT` distinct candidates are all tried; otherwise an evenly spread
     sample is tried, then the search bisects the gaps on both sides of the best candidate until
     its neighbours are adjacent or :data:`TRIAL_LIMIT` candidates were tried (with cost and peak
@@ -78,10 +80,14 @@ def search_knob(
     trials: dict[int, _Trial] = {}
     kept: list[Schedule | Plan] = []  # the best trial's alone: a schedule can hold O(n^2) computes
 
-    def attempt(position: int) -> None:
+    def attempt(position: int) -> bool:
+        """Try the candidate at ``position`` (once); False when the solve was stopped while it was built (then,
+        but for the first candidate, it is not simulated either)."""
         if position not in trials:
             value = distinct[position]
             found = build(value)
+            if found is None or (trials and ctx.stopped()):
+                return False
             if isinstance(found, Schedule):
                 peak, cost = plan_peak_and_cost(graph, found)
                 host_peak = 0
@@ -91,15 +97,15 @@ def search_knob(
             trial = trials[position] = _Trial(position, value, peak, host_peak, cost)
             if best() is trial:
                 kept[:] = [found]
+        return True
 
     def best() -> _Trial:
         return min(trials.values(), key=lambda t: t.key(budget, host_budget))
 
     sample = _spread(len(distinct), EXHAUSTIVE_LIMIT)
     for position in sample:
-        if trials and ctx.stopped():
+        if (trials and ctx.stopped()) or not attempt(position):
             break
-        attempt(position)
     while len(trials) < TRIAL_LIMIT and not ctx.stopped():
         pivot = best().position
         tried = sorted(trials)
@@ -107,10 +113,12 @@ def search_knob(
         left = tried[at - 1] if at else -1
         right = tried[at + 1] if at + 1 < len(tried) else len(distinct)
         if right - pivot > 1:
-            attempt((pivot + right) // 2)
+            tried_one = attempt((pivot + right) // 2)
         elif pivot - left > 1:
-            attempt((left + pivot + 1) // 2)
+            tried_one = attempt((left + pivot + 1) // 2)
         else:
+            break
+        if not tried_one:
             break
     chosen = best()
     fits = chosen.excess(budget, host_budget) == 0

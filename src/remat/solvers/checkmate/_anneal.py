@@ -14,9 +14,10 @@ The solve process's chain cools in cycles of doubling length (:meth:`Annealer.ru
 stopped on convergence stops at a cold chain; the helpers' chains cool once over the whole time limit:
 hot for longer, they cross to basins the cycles miss (the 6-level U-Net at 0.5 of its peak).
 
-The search ends :data:`FINISH_S_PER_NODE` seconds per node before the time limit: what follows it (the
-best plan's schedule, the plan, its simulation) takes about that long, and the time limit is a cap
-(the 100,000-node GPT: 2.1 to 2.5 s on 2 cores; without the reserve its solves ended 4 to 6 s late).
+The search ends :data:`~remat.solvers._context.FINISH_S_PER_NODE` seconds per node before the time
+limit: what follows it (the best plan's schedule, the plan, its simulation) takes about that long, and
+the time limit is a cap (the 100,000-node GPT: 2.1 to 2.5 s on 2 cores; without the reserve its solves
+ended 4 to 6 s late).
 Helpers still running then are killed at once rather than after their grace period (a baseline or an
 LP on such a graph does not look at the stop flag: the wait was another 1.5 s).
 
@@ -52,19 +53,13 @@ from ._anneal_worker import (
     run_helper,
 )
 
-__all__ = ["FINISH_S_PER_NODE", "anneal_path"]
-
-FINISH_S_PER_NODE = 4e-5
-"""Seconds per node of the graph that the search leaves before the time limit for what follows it (the
-schedule, plan and simulation of the best plan: 2.1 to 2.5 s on the 100,000-node GPT, more on loaded
-cores: with 3 s a converged solve returned after 30.3 s). (docs/tuning.md)"""
+__all__ = ["anneal_path"]
 
 
 def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart | None) -> Outcome:
     """Race annealing chains, the baselines (unless the option ``warm_start`` is false) and the lower bound;
     keep the best. This path runs the baselines itself, so it is never given a warm start (``_warm``)."""
-    finish_s = FINISH_S_PER_NODE * graph.size
-    ctx = ctx.within(max(0.0, ctx.remaining_s() - finish_s))
+    ctx = ctx.finishing(graph.size)
     pool = _Pool(graph, budget, ctx)
     first = ("baselines", "bound") if ctx.limits.options.get("warm_start", True) else ("bound",)
     helpers = [

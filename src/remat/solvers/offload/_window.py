@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Callable
 from itertools import accumulate
 
 import numpy as np
@@ -54,6 +55,9 @@ WINDOW = "window"
 """offload-window's knob: bytes of the variable-sequence a reload looks ahead by."""
 WINDOW_OPTION = Option.whole("pin the window (bytes a reload looks ahead by) instead of searching it",
                              most=MAX_TOTAL_BYTES)
+
+STOP_CHECK = 1024
+"""Computes the late reloads walk between looks at whether the solve was stopped. (docs/tuning.md)"""
 
 GRID_POINTS = 40
 """Window values tried besides 0: a geometric grid from the smallest value to the whole sequence. (docs/tuning.md)"""
@@ -102,28 +106,34 @@ class WindowPlanner:
             sizes.extend(memory[u] for u in (*graph.deps[v], v))
         self.running = [0, *accumulate(sizes)]
         """Bytes of the variable-sequence before each position; the last entry is the whole sequence's."""
+        deps = graph.deps
+        self._read_at = np.array([self.first[read] + deps[read].index(gap.node)
+                                  for gap, read in zip(self.gaps, self.read, strict=True)], dtype=np.int64)
+        """Per gap, the position of its next read in the variable-sequence."""
+        self._by_time = np.array([self.computes.ahead(gap.after, gap.before, transfer.duration(gap.bytes))
+                                  for gap in self.gaps], dtype=np.int64)
+        """Per gap, the latest compute step its reload may be issued before and still end in time."""
 
     def reload_steps(self, window: int) -> list[int]:
         """Per gap, the compute step its reload is issued before: the earlier of where the window first
         reaches the read and where the copy would just end in time."""
-        reach = [bisect.bisect_right(self.running, self.running[start] + window) - 2 for start in self.first]
-        deps = self.graph.deps
-        steps = []
-        for gap, gone, read in zip(self.gaps, self.gone, self.read, strict=True):
-            read_at = self.first[read] + deps[read].index(gap.node)
-            by_window = min(max(bisect.bisect_left(reach, read_at), gone), read)
-            by_time = self.computes.ahead(gap.after, gap.before, self.transfer.duration(gap.bytes))
-            steps.append(min(self.computes.steps[by_window], by_time))
+        running = np.asarray(self.running, dtype=np.int64)
+        reach = np.searchsorted(running, running[self.first] + window, side="right") - 2
+        by_window = np.minimum(np.maximum(np.searchsorted(reach, self._read_at), np.asarray(self.gone, dtype=np.int64)),
+                               np.asarray(self.read, dtype=np.int64))
+        steps: list[int] = np.minimum(np.asarray(self.computes.steps)[by_window], self._by_time).tolist()
         return steps
 
-    def plan(self, *, window: int, budget: int) -> Plan:
+    def plan(self, *, window: int, budget: int, stopped: Callable[[], bool] = lambda: False) -> Plan | None:
         """The checkpoint-all plan with the gaps moved that bring its computes within ``budget``: offloads
         oldest first, late reloads where computes are still over, waits where a compute needs the
-        memory of a copy still running."""
+        memory of a copy still running. None when ``stopped()`` turns true on the way (a wide window on a
+        large graph can take many seconds)."""
         back = [self.computes.position(step) for step in self.reload_steps(window)]
         over = np.array(self.need, dtype=np.int64) - budget
         chosen = self._offloads(back, over)
-        self._delay_reloads(chosen, back, over)
+        if not self._delay_reloads(chosen, back, over, stopped):
+            return None
         chosen = [j for j in chosen if back[j] > self.gone[j]]  # reloaded before it was ever gone: no move
         moves = [(self.gaps[j], self.computes.steps[back[j]]) for j in chosen]
         return insert_transfers(self.base, moves, self._waits(chosen, back, over.tolist()))
@@ -154,26 +164,57 @@ class WindowPlanner:
             chosen.append(j)
         return chosen
 
-    def _delay_reloads(self, chosen: list[int], back: list[int], over: np.ndarray) -> None:
+    def _delay_reloads(self, chosen: list[int], back: list[int], over: np.ndarray, stopped: Callable[[], bool]) -> bool:
         """Where a compute is still over the budget, move reloads of values back and not yet read to right
-        after it, the one read last first (``back`` and ``over`` updated in place)."""
+        after it, the one read last first (``back`` and ``over`` updated in place); False, with nothing
+        updated, when ``stopped()`` turned true first.
+
+        Delays at compute i change ``over`` up to i only, so which reloads compute i delays follows from
+        ``over[i]`` as :meth:`_offloads` left it and from the values back by then and read after it: those
+        read last whose bytes cover the excess, or all of them. A compute that delays all of them is noted
+        once rather than each delayed one by one (a long stretch over the budget would delay every value
+        at every compute of it), and each reload moves, at the end, to after the last compute that delayed it.
+        """
         arriving = sorted(chosen, key=back.__getitem__)
-        waiting: list[tuple[int, int]] = []  # (-read, gap): back on the device and not read yet
-        k = 0
+        leaving = sorted(chosen, key=self.read.__getitem__)
+        waiting: list[tuple[int, int]] = []  # (-read, gap): back on the device by this compute, maybe read since
+        held = 0  # bytes of the gaps back by this compute and read after it
+        last = dict.fromkeys(chosen, -1)  # the last compute that delayed each gap, one by one
+        everything: list[int] = []  # the computes that delayed every gap back and not read yet
+        k = gone = 0
         for i in range(len(over)):
+            if i % STOP_CHECK == 0 and stopped():
+                return False
             while k < len(arriving) and back[arriving[k]] <= i:
                 heapq.heappush(waiting, (-self.read[arriving[k]], arriving[k]))
+                held += self.gaps[arriving[k]].bytes
                 k += 1
-            delayed = []
-            while over[i] > 0 and waiting:
+            while gone < len(leaving) and self.read[leaving[gone]] <= i:
+                held -= self.gaps[leaving[gone]].bytes
+                gone += 1
+            if over[i] <= 0:
+                continue
+            if over[i] >= held:
+                everything.append(i)
+                continue
+            delayed, excess = [], int(over[i])
+            while excess > 0:
                 read, j = heapq.heappop(waiting)
                 if -read <= i:
                     continue
-                over[back[j]:i + 1] -= self.gaps[j].bytes
-                back[j] = i + 1
+                excess -= self.gaps[j].bytes
+                last[j] = i
                 delayed.append((read, j))
             for entry in delayed:
                 heapq.heappush(waiting, entry)
+        for j in chosen:
+            at = bisect.bisect_left(everything, self.read[j]) - 1  # the last such compute before the read ...
+            if at >= 0 and everything[at] >= back[j]:              # ... once it is back
+                last[j] = max(last[j], everything[at])
+            if last[j] >= back[j]:
+                over[back[j]:last[j] + 1] -= self.gaps[j].bytes
+                back[j] = last[j] + 1
+        return True
 
     def _waits(self, chosen: list[int], back: list[int], over: list[int]) -> list[tuple[int, int]]:
         """The ``(node, step)`` waits that hold each compute until the offloads it counts on have released
@@ -223,8 +264,15 @@ class WindowPlanner:
 
 def offload_window(graph: Graph, budget: int, ctx: SolveContext) -> Outcome:
     """The walk with its window searched for the cheapest plan that fits (or pinned by the ``window``
-    option)."""
+    option), ending in time for the best plan's simulation after it."""
     planner = WindowPlanner(graph, required_transfer(ctx, "offload-window"), host_budget=ctx.offload.host_budget)
-    return search_knob(graph, budget, ctx, knob=WINDOW, values=planner.windows(),
-                       build=lambda window: planner.plan(window=window, budget=budget),
+    search = ctx.finishing(graph.size)
+    made: list[int] = []  # the windows planned: the first in full, as every knob search tries its first candidate
+
+    def build(window: int) -> Plan | None:
+        plan = planner.plan(window=window, budget=budget, stopped=search.stopped if made else lambda: False)
+        made.append(window)
+        return plan
+
+    return search_knob(graph, budget, search, knob=WINDOW, values=planner.windows(), build=build,
                        key=lambda window: tuple(planner.reload_steps(window)))
