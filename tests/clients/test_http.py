@@ -133,8 +133,8 @@ def test_the_convergence_rule_reaches_the_server_from_the_client_and_the_cli(
                                                 convergence=rule)["id"]) for name, rule in rules.items()}
         assert {name: job["convergence"] for name, job in jobs.items()} == {
             "default": DEFAULT_CONVERGENCE.to_json(), "none": None,
-            "slow": {"window_s": 5.0, "tolerance": 0.01, "gap_per_window": 0.01, "max_windows": 5.0,
-                     "horizon_s": 20.0}}
+            "slow": {"window_s": 5.0, "tolerance": 0.01, "gap_per_window": 0.01, "max_windows": 9.0,
+                     "horizon_s": 18.0}}
         path = tmp_path / "chain5.json"
         path.write_text(json.dumps(graph.to_json()))
         for flags, rule in (([], "default"), (["--run-to-limit"], "none")):

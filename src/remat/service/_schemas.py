@@ -94,8 +94,8 @@ class ConvergenceIn(BaseModel):
                                description="the longest window, in windows of window_s (also the window before "
                                            "any bound is proved)")
     horizon_s: float = Field(DEFAULT_CONVERGENCE.horizon_s, gt=0, le=86400, allow_inf_nan=False,
-                             description="seconds from the start past which the longer windows do not reach "
-                                         "(a window is never shorter than window_s)")
+                             description="seconds from the start after which the window is window_s whatever "
+                                         "the gap: a stalled solve answers then")
 
 
 class _SolveOptions(JsonRequest):
@@ -110,8 +110,9 @@ class _SolveOptions(JsonRequest):
                       horizon_s=DEFAULT_CONVERGENCE.horizon_s),
         description="stop a solve once its best plan improved by less than tolerance (a fraction) in window_s "
                     "seconds, one window_s more for each gap_per_window of gap to its lower bound, up to "
-                    "max_windows, not reaching past horizon_s from the start (default: 0.25 % in 2 s, 2 s more per "
-                    "point of gap, up to 10 s, not past 20 s); null runs every solve to its time limit")
+                    "max_windows, and window_s whatever the gap from horizon_s after the start (default: 0.25 % "
+                    "in 2 s, 2 s more per point of gap, up to 18 s; from 18 s, 2 s); null runs every solve to its "
+                    "time limit")
     mip_gap: float = Field(DEFAULT_MIP_GAP, ge=0, lt=1, description="relative gap that counts as optimal")
     transfer: dict[str, Any] | None = Field(
         None, max_length=3, examples=[{"bandwidth": 5e7, "latency": 0.01},

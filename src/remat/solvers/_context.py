@@ -99,9 +99,9 @@ class Convergence:
     The window is ``window_s`` while the best plan is within ``gap_per_window`` of the best lower bound
     proved, and one ``window_s`` longer for each further ``gap_per_window`` of gap, up to ``max_windows``
     windows; before any bound is proved it is the longest (:meth:`window_for`): a plan far above what
-    is provable is not done because one chain paused, and a tight budget waits for its bound. The
-    longer windows never reach past ``horizon_s`` seconds from the start (nor shrink below
-    ``window_s``): a search that keeps improving goes on, one that has stalled answers by then.
+    is provable is not done because one chain paused, and a tight budget waits for its bound. From
+    ``horizon_s`` seconds after the start the window is ``window_s`` whatever the gap: a search that
+    keeps improving goes on, one that has stalled answers then.
 
     An interactive caller would rather have a plan within a fraction of a percent of the last one
     now than wait out the limit for it; a proved optimum stops a solve sooner still. A budget below
@@ -117,15 +117,15 @@ class Convergence:
     False
     >>> rule.window_for(gap=0.04)                               # 4 points above the bound
     8.0
-    >>> rule.window_for(gap=0.04, now=15.0)                     # ... 15 s into the solve
-    5.0
+    >>> rule.window_for(gap=0.04, now=19.0)                     # ... past the horizon
+    2.0
     """
 
     window_s: float = 2.0
     tolerance: float = 0.0025
     gap_per_window: float = 0.01
-    max_windows: float = 5.0
-    horizon_s: float = 20.0
+    max_windows: float = 9.0
+    horizon_s: float = 18.0
 
     @property
     def floor_window_s(self) -> float:
@@ -136,8 +136,10 @@ class Convergence:
     def window_for(self, gap: float | None, now: float = 0.0) -> float:
         """Seconds the best plan must go without improving, at ``gap`` ((cost - bound) / cost; None
         before any bound is proved), ``now`` seconds into the solve."""
+        if now >= self.horizon_s:
+            return self.window_s
         windows = self.max_windows if gap is None else min(self.max_windows, max(1.0, gap / self.gap_per_window))
-        return max(self.window_s, min(windows * self.window_s, self.horizon_s - now))
+        return windows * self.window_s
 
     def to_json(self) -> dict[str, float]:
         return {"window_s": float(self.window_s), "tolerance": float(self.tolerance),
@@ -157,7 +159,7 @@ class Convergence:
 
 DEFAULT_CONVERGENCE = Convergence()
 """The rule a solve stops by when the caller names none: better by less than 0.25 % in 2 s, and 2 s
-more for each point of gap to the bound, up to 10 s and not past 20 s from the start."""
+more for each point of gap to the bound, up to 18 s; from 18 s after the start, 2 s whatever the gap."""
 
 
 class StopReason(StrEnum):

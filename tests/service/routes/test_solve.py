@@ -76,8 +76,8 @@ def test_a_solve_stops_when_converged_unless_asked_to_run_to_its_limit(client: T
     assert converging.status_code == 200, converging.text
     assert converging.json()["solve_time_s"] < 60 and "stopped when converged" in converging.json()["log"][-1]
     job = client.get(converging.headers["Content-Location"]).json()
-    assert job["convergence"] == {"window_s": 2.0, "tolerance": 0.0025, "gap_per_window": 0.01, "max_windows": 5.0,
-                                   "horizon_s": 20.0}
+    assert job["convergence"] == {"window_s": 2.0, "tolerance": 0.0025, "gap_per_window": 0.01, "max_windows": 9.0,
+                                   "horizon_s": 18.0}
     to_the_limit = client.post("/v1/solve", json={**request, "time_limit_s": 3, "convergence": None})
     assert to_the_limit.status_code == 200, to_the_limit.text
     # the search leaves a few milliseconds per thousand nodes before the limit to simulate its best plan
