@@ -10,10 +10,10 @@ stage is ``rematerialize()``-d with that budget and ``in_flight`` = 4 - stage (t
 has it hold at once); the last stage's budget leaves room for the peak of the schedule's loss function,
 which runs outside the stage's graph. Per rank: the step peak (the stage's parameters and the receive buffers
 the pipeline keeps from step to step, plus what the step allocates, counted to the byte by
-:class:`remat.clients.torch.LiveBytes`), the step's median CPU time (one intra-op thread per process)
-and, for remat, the plans it made, their overhead and their peak with the other micro-batches' saved
-values; a stage remat refuses runs without it (its row says so), so that the other stages can still be
-measured.
+:class:`remat.clients.torch.LiveBytes`, and as the CPU allocator counts it), the step's median CPU
+time (one intra-op thread per process) and, for remat, the plans it made, their overhead and their peak
+with the other micro-batches' saved values; a stage remat refuses runs without it (its row says so), so
+that the other stages can still be measured.
 
     python benchmarks/pipeline.py                       # 4 ranks, a budget of 1.5x checkpointing's peak
     python benchmarks/pipeline.py --budget-scale 1      # at checkpointing's peak
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from torch_models import GPT  # noqa: E402
 
-from remat.clients.torch import LiveBytes, activation_peak, rematerialize, time_call  # noqa: E402
+from remat.clients.torch import LiveBytes, activation_peak, allocator_peak, rematerialize, time_call  # noqa: E402
 from remat.clients.torch._in_flight import micro_batch_bytes  # noqa: E402
 from remat.schedules import RematError, format_size  # noqa: E402
 
@@ -96,9 +96,11 @@ def _measure(rank: int, module: nn.Module, params: nn.Module, steps: int) -> dic
     params.zero_grad(set_to_none=True)
     with LiveBytes() as live:
         step()
-    state = sum(p.numel() * p.element_size() for p in params.parameters())
+    params.zero_grad(set_to_none=True)
+    allocated = allocator_peak(step)
+    held = sum(p.numel() * p.element_size() for p in params.parameters()) + _receive_buffers(stage)
     time = time_call(step, device=torch.device("cpu"), repeats=steps, warmup=0, cpu_time=True)
-    return {"peak": state + _receive_buffers(stage) + live.peak, "time": time.median_s}
+    return {"peak": held + live.peak, "allocated": held + allocated, "time": time.median_s}
 
 
 def _receive_buffers(stage: PipelineStage) -> int:
@@ -151,15 +153,16 @@ def main() -> None:
     print(f"# 1F1B, {STAGES} gloo ranks: GPT {BLOCKS} x {WIDTH}, batch {BATCH} x {CONTEXT} in {MICRO_BATCHES} "
           f"micro-batches ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__})")
-    print("| stage | in flight | variant | step peak | / budget | step time | / checkpointing | plans: overhead "
-          "(planned peak, the micro-batches in flight included) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| stage | in flight | variant | step peak | / budget | by the allocator | / budget | step time | "
+          "/ checkpointing | plans: overhead (planned peak, the micro-batches in flight included) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for rank, rows in enumerate(ranks):
         budget, base = rows.pop("budget"), rows["checkpointing"]["time"]
         for name, row in rows.items():
             plans = ", ".join(f"{p['overhead']:.3f} ({format_size(p['planned'])})" for p in row.get("plans", [])) \
                 or (f"refused, run without remat: {row['refused']}" if "refused" in row else "")
             print(f"| {rank} | {STAGES - rank} | {name} | {format_size(row['peak'])} | {row['peak'] / budget:.3f} "
+                  f"| {format_size(row['allocated'])} | {row['allocated'] / budget:.3f} "
                   f"| {1e3 * row['time']:.1f} ms | {row['time'] / base:.3f} | {plans} |")
 
 
