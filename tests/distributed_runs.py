@@ -189,8 +189,14 @@ def _pipeline(rank: int, world: int) -> dict[str, Any]:
     model = stage_module()
     planned = rematerialize(model, (micro_batch,), activation_budget=0.8, time_limit_s=5, progress=False, cache=False)
     losses, gradients, buffers = train(planned)
+    remat = backend(activation_budget=0.8, time_limit_s=5, progress=False, cache=False)
+    compiled_model = stage_module()
+    _, compiled_gradients, _ = train(torch.compile(compiled_model, backend=remat, fullgraph=True, dynamic=False))
     return {"losses": losses, "expected_losses": expected_losses, "plans": len(planned.plans),
             "difference": max((g - e).abs().max().item() for g, e in zip(gradients, expected, strict=True)),
+            "compiled_difference": max((g - e).abs().max().item()
+                                       for g, e in zip(compiled_gradients, expected, strict=True)),
+            "compiled_buffers": [p.joint.fixed["pipeline_buffers"] for p in remat.planned],
             "micro_batches": MICRO_BATCHES, "stage_buffers": buffers,
             "planned_buffers": [p.joint.fixed["pipeline_buffers"] for p in planned.plans]}
 

@@ -80,6 +80,9 @@ def test_pipeline_stages_planned_apart_train_as_the_pipeline_without_remat(tmp_p
         activations, gradients = found["stage_buffers"]["activations"], found["stage_buffers"]["gradients"]
         n = found["micro_batches"]  # all but the running micro-batch's buffers, and the inputs' gradient before it
         assert found["planned_buffers"] == [0] + [activations + gradients * (n - 1) // n] * 2
+        # through the backend, compiled when the schedule prepares the stage, with its buffers too
+        assert found["compiled_difference"] == 0.0
+        assert found["compiled_buffers"] and set(found["compiled_buffers"]) == {activations + gradients * (n - 1) // n}
     assert stages[0]["stage_buffers"]["activations"] == 0 < stages[0]["stage_buffers"]["gradients"]
     assert stages[1]["stage_buffers"]["gradients"] == 0 < stages[1]["stage_buffers"]["activations"]
     assert stages[-1]["losses"] == stages[-1]["expected_losses"] and len(stages[-1]["losses"]) == 4

@@ -49,7 +49,7 @@ from ._joint import ENGINE, InputKind, JointGraph, describe
 from ._lower import boxed_compiler, lower
 from ._modes import under_modes_set_aside
 from ._outputs import AUTO, drop_outputs, guard_dropped_outputs
-from ._pipeline_stage import pipeline_buffer_bytes, running_stage
+from ._pipeline_stage import with_pipeline_buffers
 from ._planning import (
     Budget,
     Planner,
@@ -481,8 +481,7 @@ class _Partition:
         joint = describe(gm, num_forward_outputs=num_fwd_outputs, input_kinds=kinds, name=self.backend.name,
                          drop_outputs=self.drop_outputs, accumulating=self.accumulating,
                          engine=_engine_memory(args, kinds))
-        buffers = pipeline_buffer_bytes(running_stage(), inputs=joint.fixed["inputs"], tangents=joint.fixed["tangents"])
-        joint = dataclasses.replace(joint, fixed={**joint.fixed, "pipeline_buffers": buffers})
+        joint = with_pipeline_buffers(joint)
         with unset_fake_temporarily():
             joint = with_workspaces(joint, kernel_workspaces(joint))
             graph = self.backend.costed(joint, args)

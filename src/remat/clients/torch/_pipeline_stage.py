@@ -1,25 +1,29 @@
 """What ``torch.distributed.pipelining`` holds beside each step of a stage: its receive buffers.
 
-A :class:`~torch.distributed.pipelining.PipelineStage` allocates, in its schedule's first step, a buffer per
+A :class:`~torch.distributed.pipelining.PipelineStage` allocates, when its schedule prepares it, a buffer per
 micro-batch for the activations it receives (every stage but the first) and one per micro-batch for the gradients
 it receives (every stage but the last), and keeps them from step to step. The stage's graph counts the micro-batch
 that runs: its inputs are one activation buffer and its tangents one gradient buffer. The others are held beside
 it, and so, for a moment, is the gradient of the inputs of the micro-batch before, until its send completes.
 
-The stage is found on the call stack while it runs the module: only the frames of the stage's own methods are
-read (reading a frame's locals keeps them alive until the frame reads them again, which in a training loop's frame
-would hold tensors it has dropped). Its buffers exist once the schedule has prepared the stage, after the shape
-inference that first calls the module; from then on a module from ``rematerialize()`` is planned again with them,
-as under a DistributedDataParallel (:mod:`._data_parallel`).
+The stage is found on the call stack while it runs the module, from the frames of its own methods only (reading a
+frame's locals keeps them alive until the frame reads them again, which in a training loop's frame would hold
+tensors it has dropped): the stage itself, and while the schedule prepares it (its shape inference is the first
+call of the module, before any buffer exists) the number of micro-batches it prepares for. A module from
+``rematerialize()`` is planned again the first time a stage runs it, as under a DistributedDataParallel
+(:mod:`._data_parallel`); one compiled with the backend is compiled then.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from types import FrameType
 
-__all__ = ["StageRole", "pipeline_buffer_bytes", "running_stage"]
+from ._joint import JointGraph
+
+__all__ = ["StageRole", "pipeline_buffer_bytes", "running_stage", "with_pipeline_buffers"]
 
 _STAGE_SOURCE = "torch/distributed/pipelining/stage.py"
 """The file of the pipeline stage's methods, whose frames are read for the stage that calls the module."""
@@ -36,21 +40,32 @@ class StageRole:
 
 
 def running_stage() -> StageRole | None:
-    """The role of the pipeline stage running the module on this thread's stack, once the stage has its buffers
-    (None outside a stage, or before its schedule prepared it)."""
+    """The role of the pipeline stage running the module on this thread's stack (None outside one)."""
     if "torch.distributed.pipelining" not in sys.modules:
         return None
     from torch.distributed.pipelining.stage import _PipelineStageBase
 
+    stage: _PipelineStageBase | None = None
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_filename.replace("\\", "/").endswith(_STAGE_SOURCE):
-            stage = frame.f_locals.get("self")
-            if isinstance(stage, _PipelineStageBase) and stage.args_recv_info:
-                return StageRole(len(stage.args_recv_info), bool(stage.is_first), bool(stage.is_last))
-            return None
+        if not frame.f_code.co_filename.replace("\\", "/").endswith(_STAGE_SOURCE):
+            if stage is not None:
+                return None  # past the stage's frames: not being prepared
+        else:
+            found = frame.f_locals
+            if stage is None and isinstance(found.get("self"), _PipelineStageBase):
+                stage = found["self"]
+            if stage is not None and (stage.args_recv_info or "num_microbatches" in found):
+                count = len(stage.args_recv_info) or int(found["num_microbatches"])
+                return StageRole(count, bool(stage.is_first), bool(stage.is_last))
         frame = frame.f_back
     return None
+
+
+def with_pipeline_buffers(joint: JointGraph) -> JointGraph:
+    """``joint`` with the receive buffers of the pipeline stage running it (if any) as its ``pipeline_buffers``."""
+    buffers = pipeline_buffer_bytes(running_stage(), inputs=joint.fixed["inputs"], tangents=joint.fixed["tangents"])
+    return dataclasses.replace(joint, fixed={**joint.fixed, "pipeline_buffers": buffers})
 
 
 def pipeline_buffer_bytes(role: StageRole | None, *, inputs: int, tangents: int) -> int:

@@ -113,12 +113,12 @@ def search_knob(
         left = tried[at - 1] if at else -1
         right = tried[at + 1] if at + 1 < len(tried) else len(distinct)
         if right - pivot > 1:
-            tried_one = attempt((pivot + right) // 2)
+            position = (pivot + right) // 2
         elif pivot - left > 1:
-            tried_one = attempt((left + pivot + 1) // 2)
+            position = (left + pivot + 1) // 2
         else:
             break
-        if not tried_one:
+        if not attempt(position):
             break
     chosen = best()
     fits = chosen.excess(budget, host_budget) == 0
