@@ -173,6 +173,7 @@ BAD_REQUESTS = {
     "unknown option": ({"strategy": "chen-greedy", "options": {"rounds": 3}}, 422, "options"),
     "tolerance of one": ({"convergence": {"window_s": 2, "tolerance": 1}}, 422, "convergence.tolerance"),
     "window of zero": ({"convergence": {"window_s": 0}}, 422, "convergence.window_s"),
+    "horizon of zero": ({"convergence": {"horizon_s": 0}}, 422, "convergence.horizon_s"),
     "convergence of a number": ({"convergence": 2}, 422, "convergence"),
     "option of a list": ({"strategy": "chen-greedy", "options": {"segment_budget": [1]}}, 422, None),
 }
