@@ -26,7 +26,7 @@ from remat.clients.torch import (  # noqa: E402
     time_call,
 )
 from remat.clients.torch._joint import STEP_END  # noqa: E402
-from remat.clients.torch._workspace import WORKSPACE_NODE_BYTES  # noqa: E402
+from remat.clients.torch._workspace import WORKSPACE_NODE_BYTES, _OpRun  # noqa: E402
 from remat.schedules import InvalidRequest  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -138,6 +138,31 @@ def test_a_kernels_workspace_is_a_node_its_op_reads_and_small_ones_are_fixed_mem
         assert ws == op - 1 and ws in graph.nodes[op].deps and nodes[p.name].cost == 0
         assert p.memory >= WORKSPACE_NODE_BYTES and nodes[p.name].meta["workspace_of"] == p.workspace_of
     assert 0 < joint.fixed["small_workspaces"] < WORKSPACE_NODE_BYTES  # batch norm's per-channel scratch
+
+
+def test_attentions_random_seed_is_made_on_the_host_to_measure_its_backward():
+    # A trace places the seed and offset of attention with dropout on the step's device; outside CUDA graph capture
+    # the kernels read them on the host, so the backward's measure crashed the process (GPT-2 on an H200). Traced
+    # here on the meta device, which runs nothing.
+    q = torch.empty(2, 4, 16, 8, device="meta")
+    scalar = torch.empty((), dtype=torch.long, device="meta")
+    args = {"grad_out_": q, "query": q, "key": q, "value": q, "attn_bias": None, "out": q,
+            "logsumexp": torch.empty(2, 4, 16, device="meta"), "philox_seed": scalar, "philox_offset": scalar}
+    graph = torch.fx.Graph()
+    nodes = []
+    for name, val in args.items():
+        if val is None:
+            nodes.append(None)
+            continue
+        nodes.append(graph.placeholder(name))
+        nodes[-1].meta["val"] = val
+    run = _OpRun(graph.call_function(torch.ops.aten._scaled_dot_product_efficient_attention_backward.default,
+                                     (*nodes, 0.1, [True, True, True, False], False)))
+    run.make()
+    assert run.inputs is not None
+    made = dict(zip(args, run.inputs[0], strict=False))
+    assert made["philox_seed"].device.type == made["philox_offset"].device.type == "cpu"
+    assert made["query"].device.type == "meta" and made["logsumexp"].shape == (2, 4, 16)
 
 
 def test_under_a_running_profiler_the_capture_goes_on_without_workspaces_and_says_so():

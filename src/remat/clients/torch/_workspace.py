@@ -15,6 +15,7 @@ norm's per-channel scratch) are counted once for the whole step instead, as fixe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -81,6 +82,14 @@ def with_workspaces(joint: JointGraph, workspaces: Mapping[str, int]) -> JointGr
     return dataclasses.replace(joint, producers=tuple(producers), fixed={**joint.fixed, "small_workspaces": small})
 
 
+_HOST_ARGUMENTS = frozenset({"philox_seed", "philox_offset"})
+"""Arguments a trace places on the step's device that kernels read on the host: the random seed and offset of
+attention with dropout (int64 scalars on the CPU unless a CUDA graph is being captured; kernels dereference them,
+so a device pointer crashes the process)."""
+
+_CPU = torch.device("cpu")
+
+
 def _measurable(target: Any) -> bool:
     """Whether an op can be run apart on made-up inputs: ATen's own ops (others may talk to other processes,
     as collectives do, or keep state)."""
@@ -110,11 +119,19 @@ class _OpRun:
         self.ran = True
 
     def make(self) -> None:
-        def like(a: Any) -> Any:
-            return pytree.tree_map_only(torch.Tensor, _like, a.meta.get("val")) if isinstance(a, fx.Node) else a
+        def like(name: str, a: Any) -> Any:
+            if not isinstance(a, fx.Node):
+                return a
+            val = a.meta.get("val")
+            on_host = name in _HOST_ARGUMENTS and isinstance(val, torch.Tensor) and val.dtype == torch.int64
+            return pytree.tree_map_only(torch.Tensor, functools.partial(_like, device=_CPU if on_host else None), val)
 
+        names = [argument.name for argument in self.node.target._schema.arguments]  # type: ignore[union-attr]
         try:
-            self.inputs = fx.node.map_aggregate((self.node.args, self.node.kwargs), like)
+            args = tuple(fx.node.map_aggregate(a, functools.partial(like, name))
+                         for name, a in zip(names, self.node.args, strict=False))
+            kwargs = {k: fx.node.map_aggregate(a, functools.partial(like, k)) for k, a in self.node.kwargs.items()}
+            self.inputs = (args, kwargs)
         except Exception:  # noqa: BLE001 - no room for its inputs (a device nearly full): said by the caller
             self.ran = False
 
@@ -133,10 +150,12 @@ class _OpRun:
         self.inputs = None
 
 
-def _like(val: torch.Tensor) -> torch.Tensor:
-    """A new tensor laid out as ``val``, its whole storage filled (expanded layouts alias their elements)."""
-    t = torch.empty_strided(tuple(val.shape), val.stride(), dtype=val.dtype, device=val.device)
-    storage = torch.empty(0, dtype=val.dtype, device=val.device).set_(t.untyped_storage())
+def _like(val: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+    """A new tensor laid out as ``val`` (on ``device``, by default its own), its whole storage filled (expanded
+    layouts alias their elements)."""
+    device = device or val.device
+    t = torch.empty_strided(tuple(val.shape), val.stride(), dtype=val.dtype, device=device)
+    storage = torch.empty(0, dtype=val.dtype, device=device).set_(t.untyped_storage())
     storage.uniform_() if storage.is_floating_point() or storage.is_complex() else storage.zero_()
     return t
 
