@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from torch_models import MODELS  # noqa: E402
 
 import remat.clients.torch as client  # noqa: E402
+import remat.clients.torch._workspace as workspace  # noqa: E402
 from remat.clients.torch import (  # noqa: E402
     COST_MODELS,
     DEVICE_PROFILES,
@@ -138,6 +139,17 @@ def test_a_kernels_workspace_is_a_node_its_op_reads_and_small_ones_are_fixed_mem
         assert ws == op - 1 and ws in graph.nodes[op].deps and nodes[p.name].cost == 0
         assert p.memory >= WORKSPACE_NODE_BYTES and nodes[p.name].meta["workspace_of"] == p.workspace_of
     assert 0 < joint.fixed["small_workspaces"] < WORKSPACE_NODE_BYTES  # batch norm's per-channel scratch
+
+
+def test_a_graph_captured_again_keeps_the_workspaces_measured_first(monkeypatch):
+    # On CUDA a kernel's workspace varies from one measure to the next; the same step captured again in the process
+    # must hash the same, or the plan made for it (DDP's step alone, a cached plan, result=) is refused.
+    model, inputs, loss_fn = MODELS["resnet"](batch_size=4)
+    _, first = capture(model, inputs, loss_fn=loss_fn)
+    measured = []
+    monkeypatch.setattr(workspace, "allocation_peaks", lambda calls, device: measured.append(calls) or [])
+    _, again = capture(model, inputs, loss_fn=loss_fn)
+    assert again.sha256 == first.sha256 and not measured and any("workspace_of" in n.meta for n in again.nodes)
 
 
 def test_attentions_random_seed_is_made_on_the_host_to_measure_its_backward():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
+from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -27,10 +28,18 @@ from torch import fx
 from ._joint import JointGraph, Producer
 from ._measure import allocation_peaks
 
-__all__ = ["WORKSPACE_NODE_BYTES", "kernel_workspaces", "with_workspaces"]
+__all__ = ["REMEMBERED_WORKSPACES", "WORKSPACE_NODE_BYTES", "kernel_workspaces", "with_workspaces"]
 
 WORKSPACE_NODE_BYTES = 4096
 """The least workspace a plan holds as a node of its own; the largest smaller one is held through the step."""
+
+REMEMBERED_WORKSPACES = 4096
+"""Workspaces this process keeps, by op signature, for the graphs it captures next. On CUDA a kernel's workspace
+varies from one measure to the next (cuDNN's choice of algorithm, the allocator's state), and a graph captured
+again must hash the same to follow the plan made for it: the step under DistributedDataParallel after the step
+alone, a cached plan, ``result=`` another module's result."""
+
+_measured: OrderedDict[Hashable, int] = OrderedDict()
 
 
 def kernel_workspaces(joint: JointGraph) -> dict[str, int]:
@@ -52,18 +61,30 @@ def kernel_workspaces(joint: JointGraph) -> dict[str, int]:
                       "count what kernels allocate inside ops (capture outside the profiler to count it).",
                       stacklevel=2)
         return {}
-    if not runs:
-        return {}
+    known = {signature: _measured[signature] for signature in runs if signature in _measured}
+    runs = {signature: run for signature, run in runs.items() if signature not in known}
+    if runs:
+        known.update(_measure(runs, device))
+    return {name: known[s] for name, s in signature_of.items() if known.get(s, 0) > 0}
+
+
+def _measure(runs: Mapping[Hashable, _OpRun], device: torch.device) -> dict[Hashable, int]:
+    """The workspace of each op that ran, by signature, remembered for later captures; a warning names those that
+    could not run."""
     calls = [call for run in runs.values() for call in (run.make, run.run, run.run, run.drop)]
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # random ops draw for nothing
         measures = allocation_peaks(calls, device)
     measured = {signature: max(0, second.peak - second.held)
                 for (signature, run), second in zip(runs.items(), measures[2::4], strict=True) if run.ran}
+    for signature, nbytes in measured.items():
+        _measured[signature] = nbytes
+        if len(_measured) > REMEMBERED_WORKSPACES:
+            _measured.popitem(last=False)
     failed = sorted(str(signature[0]) for signature, run in runs.items() if not run.ran)  # type: ignore[index]
     if failed:
         warnings.warn(f"remat could not measure the workspace of {len(failed)} op(s) ({', '.join(failed[:5])}); "
-                      f"the plan does not count what their kernels allocate while they run.", stacklevel=2)
-    return {name: measured[s] for name, s in signature_of.items() if measured.get(s, 0) > 0}
+                      f"the plan does not count what their kernels allocate while they run.", stacklevel=3)
+    return measured
 
 
 def with_workspaces(joint: JointGraph, workspaces: Mapping[str, int]) -> JointGraph:
