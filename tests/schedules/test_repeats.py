@@ -110,14 +110,16 @@ def test_runs_do_not_overlap():
     assert len(nodes) == len(set(nodes.tolist()))
 
 
-def test_a_kernels_workspace_joins_the_block_of_the_kernel_that_reads_it():
-    """Captured graphs give a backward kernel's workspace a node of its own that reads nothing."""
+@pytest.mark.parametrize("reads", ["what its kernel reads", "nothing"])
+def test_a_kernels_workspace_joins_the_block_of_the_kernel_that_reads_it(reads):
+    """Captured graphs give a backward kernel's workspace a node of its own, which reads what the kernel reads (read
+    nothing before)."""
     doc = stacked_blocks(8).to_json()
     nodes = []
     for node in doc["nodes"]:
         if node["id"].startswith("gs"):
-            nodes.append({"id": f"<workspace of {node['id']}>", "deps": [], "cost": 0.0, "memory": 3,
-                          "kind": "backward"})
+            nodes.append({"id": f"<workspace of {node['id']}>", "deps": [] if reads == "nothing" else node["deps"],
+                          "cost": 0.0, "memory": 3, "kind": "backward"})
             node = {**node, "deps": [*node["deps"], nodes[-1]["id"]]}
         nodes.append(node)
     graph = Graph.from_json({**doc, "nodes": nodes})

@@ -183,7 +183,7 @@ def _verified_runs(graph: Graph, forward_blocks: np.ndarray, labels: np.ndarray,
 
 def _assign_backward(graph: Graph, block: np.ndarray, count: int) -> None:
     """Give each backward node (in place) the latest block among its forward deps, or, reading no forward
-    node, the earliest among its backward deps, or, reading nothing (a kernel's workspace), the earliest
+    node, the earliest among its backward deps, or, reading nothing, the earliest
     block among its readers; -1 (outside) when that is no block of the run.
 
     Forward nodes outside the run count as before its first block or after its last, by where they run,
@@ -205,7 +205,7 @@ def _assign_backward(graph: Graph, block: np.ndarray, count: int) -> None:
         else:
             side[v] = count
     for v in np.flatnonzero(backward).tolist():
-        if not graph.deps[v] and graph.users[v]:  # a kernel's workspace: its reader's block
+        if not graph.deps[v] and graph.users[v]:  # made from nothing: its readers' block
             side[v] = min(int(side[w]) for w in graph.users[v])
     inside = backward & (side >= 0) & (side < count)
     block[inside] = side[inside]

@@ -6,10 +6,12 @@ norm's backward scratch. The allocator sees both, and a step's peak is often at 
 distinct op of the joint graph (its target and the shapes, strides and dtypes of what it reads)
 runs twice on inputs made like the traced ones, and the second run's peak over what it holds at its
 end is the op's workspace (the first run pays for caches a kernel keeps, which the step pays once).
-A plan holds it as a producer of its own that the op reads (:attr:`Producer.workspace_of`), from
-just before the op to its end; workspaces under WORKSPACE_NODE_BYTES (a scalar a kernel wraps, a
-norm's per-channel scratch) are counted once for the whole step instead, as fixed memory
-(``fixed["small_workspaces"]``, the largest of them), so that they do not crowd the graph.
+A plan holds it as a producer of its own that the op reads (:attr:`Producer.workspace_of`) and that
+reads what the op reads, so that a plan makes it once the op's inputs are resident (after what the
+op's stage computes again), right before the op, and frees it after; workspaces under
+WORKSPACE_NODE_BYTES (a scalar a kernel wraps, a norm's per-channel scratch) are counted once for the
+whole step instead, as fixed memory (``fixed["small_workspaces"]``, the largest of them), so that
+they do not crowd the graph.
 """
 
 from __future__ import annotations
@@ -89,13 +91,13 @@ def _measure(runs: Mapping[Hashable, _OpRun], device: torch.device) -> dict[Hash
 
 def with_workspaces(joint: JointGraph, workspaces: Mapping[str, int]) -> JointGraph:
     """``joint`` with a producer for each workspace of WORKSPACE_NODE_BYTES or more, placed right before its op,
-    which reads it, and the largest smaller one as fixed memory."""
+    which reads it, reading what the op reads, and the largest smaller one as fixed memory."""
     large = {name: nbytes for name, nbytes in workspaces.items() if nbytes >= WORKSPACE_NODE_BYTES}
     small = max((nbytes for nbytes in workspaces.values() if nbytes < WORKSPACE_NODE_BYTES), default=0)
     producers: list[Producer] = []
     for p in joint.producers:
         if p.name in large:
-            workspace = Producer(name=f"<workspace of {p.name}>", op=f"workspace of {p.op}", deps=(),
+            workspace = Producer(name=f"<workspace of {p.name}>", op=f"workspace of {p.op}", deps=p.deps,
                                  memory=large[p.name], kind=p.kind, rng=False, workspace_of=p.name)
             producers.append(workspace)
             p = dataclasses.replace(p, deps=(*p.deps, workspace.name))
