@@ -183,8 +183,8 @@ def _verified_runs(graph: Graph, forward_blocks: np.ndarray, labels: np.ndarray,
 
 def _assign_backward(graph: Graph, block: np.ndarray, count: int) -> None:
     """Give each backward node (in place) the latest block among its forward deps, or, reading no forward
-    node, the earliest among its backward deps, or, reading nothing, the earliest
-    block among its readers; -1 (outside) when that is no block of the run.
+    node, the earliest among its backward deps, or, reading nothing, the earliest block among its readers;
+    -1 (outside) when that is no block of the run.
 
     Forward nodes outside the run count as before its first block or after its last, by where they run,
     so that a backward node of the blocks before the run (reading its first block's gradient) or after
