@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import html
+from collections import OrderedDict
 from pathlib import Path
 
 import httpx
@@ -261,6 +262,24 @@ def test_a_script_run_again_takes_its_plans_from_the_cache(tmp_path):
     assert again.result == first.result and len(list((tmp_path / "plans").glob("*.json"))) == 1
     other = rematerialize(model, inputs, activation_budget=0.8, loss_fn=loss_fn, cache=cache, time_limit_s=10)
     assert other.plans[0].source == "solved"  # another budget is another plan
+
+
+def test_a_script_run_again_follows_its_cached_plan_when_workspaces_measure_otherwise(tmp_path, monkeypatch):
+    # On CUDA a kernel's workspace measured in another process may differ (cuDNN's choice, the allocator's state):
+    # the graph hashes otherwise, and the cached plan is simulated again on it instead of being solved again.
+    import remat.clients.torch._workspace as workspace
+
+    cache = PlanCache(tmp_path / "plans")
+    budget = _budget(_graph("resnet"), 0.8)
+    model, inputs, loss_fn = _model("resnet")
+    first = rematerialize(model, inputs, budget=budget, loss_fn=loss_fn, cache=cache)
+    cached = rematerialize(copy.deepcopy(model), inputs, budget=budget, loss_fn=loss_fn, cache=cache)
+    monkeypatch.setattr(workspace, "_measured", OrderedDict((k, v + 512) for k, v in workspace._measured.items()))
+    again = rematerialize(copy.deepcopy(model), inputs, budget=budget, loss_fn=loss_fn, cache=cache)
+    assert cached.plans[0].source == again.plans[0].source == "cache"
+    assert again.graph.sha256 != first.graph.sha256 and again.result.graph_sha256 == again.graph.sha256
+    assert again.result.plan == first.result.plan and "measured again" in again.result.log[-1]
+    assert again.result.peak_memory == simulate(again.graph, again.plans[0].plan).peak_memory <= budget
 
 
 class _SetsUpOnFirstCall(nn.Module):

@@ -24,6 +24,7 @@ blocks do not keep everything the budget allows and starve the last.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -358,10 +359,12 @@ class RematBackend:
         earlier = self._earlier_plan(graph, joint, budget, transfer)
         if earlier is not None:
             return earlier
-        solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
+        planned = functools.partial(self.planner.result, graph, what=joint.name, transfer=transfer,
+                                    small_workspaces=joint.fixed["small_workspaces"])
+        solved, source = planned(budget)
         if self._leanest_will_do and solved.status not in FITTING_STATUSES and solved.smallest_peak:
             budget = solved.smallest_peak
-            solved, source = self.planner.result(graph, budget, what=joint.name, transfer=transfer)
+            solved, source = planned(budget)
         return self._check(solved, source, budget, transfer, joint, graph)
 
     def _check(self, result: ResultDocument, source: str, budget: int, transfer: Transfer | None, joint: JointGraph,

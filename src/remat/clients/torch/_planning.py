@@ -39,7 +39,8 @@ from ._progress import ProgressLine
 from ._ranks import shared_across_ranks
 
 __all__ = ["OFFLOAD_STRATEGIES", "SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio",
-           "check_result", "computing_random_ops_once", "default_strategy", "shifted_result", "with_fixed_memory"]
+           "check_result", "computing_random_ops_once", "default_strategy", "remeasured_result",
+           "sha256_but_workspaces", "shifted_result", "with_fixed_memory"]
 
 SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap", "options", "convergence")
 """Solver options a remat service takes with a request."""
@@ -155,23 +156,32 @@ class Planner:
             raise InvalidRequest(f"A remat service takes only {', '.join(SERVER_OPTIONS)} with a request; "
                                  f"drop {extra} or solve in-process.", field="server")
 
-    def result(self, graph: Graph, budget: int, *, what: str,
-               transfer: Transfer | None = None) -> tuple[ResultDocument, str]:
+    def result(self, graph: Graph, budget: int, *, what: str, transfer: Transfer | None = None,
+               small_workspaces: int = 0) -> tuple[ResultDocument, str]:
         """A remat.result/v1 for ``graph`` at ``budget`` bytes and where it came from: given, cache, solved, or
         another rank of a torch.distributed job planning the same graph ("rank K", :mod:`._ranks`).
 
-        With ``transfer``, the plan may copy values to host memory and back over that link.
+        With ``transfer``, the plan may copy values to host memory and back over that link. Cached results and
+        other ranks' are found by the graph but its measured workspaces (``small_workspaces`` of its fixed memory
+        among them, :func:`sha256_but_workspaces`) and simulated again on it where those differ.
         """
         if self.given is not None:
             return self.given, "given"
         copies = {} if transfer is None else {"transfer": transfer.to_json(), "host_budget": self.host_budget}
-        key = PlanCache.key(graph.sha256, budget, self.strategy, {**self.options, **copies})
+        key = PlanCache.key(sha256_but_workspaces(graph, small_workspaces), budget, self.strategy,
+                            {**self.options, **copies})
         if key in self._solved:
             return self._solved[key], "solved"
         cached = self.cache.get(key) if self.cache is not None else None
-        if cached is not None and (cached.status not in FITTING_STATUSES or cached.graph_sha256 != graph.sha256):
+        if cached is not None and cached.status in FITTING_STATUSES:
+            cached = remeasured_result(cached, graph, budget)
+        else:
             cached = None
         result, source = shared_across_ranks(key, cached, lambda: self._solve_or_smallest(graph, budget, what, copies))
+        if source.startswith("rank") and result.status in FITTING_STATUSES:  # for the graph as that rank measured it
+            again = remeasured_result(result, graph, budget)
+            result, source = (again, source) if again is not None else \
+                (self._solve_or_smallest(graph, budget, what, copies), "solved")
         if result.status in FITTING_STATUSES and source != "cache":
             self._solved[key] = result
             if self.cache is not None:
@@ -323,6 +333,43 @@ def shifted_result(result: ResultDocument, made_for: Graph, graph: Graph, budget
         checkpoint_all_peak=result.checkpoint_all_peak + by,
         log=(*result.log, f"followed for the same graph with {format_size(abs(by))} "
                           f"{'more' if by >= 0 else 'less'} fixed memory"))
+
+
+def sha256_but_workspaces(graph: Graph, small_workspaces: int = 0) -> str:
+    """The hash of ``graph`` with its kernels' workspaces (:mod:`._workspace`) at zero bytes, the
+    ``small_workspaces`` of its fixed memory too: what stays the same when a step is captured again, where on
+    CUDA a workspace measured again may differ."""
+    workspaces = [v for v, n in enumerate(graph.nodes) if "workspace_of" in n.meta]
+    if not workspaces and not small_workspaces:
+        return graph.sha256
+    nodes = list(graph.nodes)
+    for v in workspaces:
+        nodes[v] = dataclasses.replace(nodes[v], memory=0)
+    return Graph(nodes, name=graph.name, fixed_memory=graph.fixed_memory - small_workspaces,
+                 cost_unit=graph.cost_unit).sha256
+
+
+def remeasured_result(result: ResultDocument, graph: Graph, budget: int) -> ResultDocument | None:
+    """``result``, made for a graph that differs from ``graph`` at most in its workspaces' bytes (same
+    :func:`sha256_but_workspaces`), as a result for ``graph`` within ``budget``: the same plan simulated again, or
+    None if it no longer fits. Its lower bound, made for other bytes, is dropped."""
+    if result.graph_sha256 == graph.sha256:
+        return result
+    if result.plan is None:
+        return None
+    try:
+        plan = Plan.from_json(graph, result.plan)
+        simulation = simulate(graph, plan, transfer=result.transfer if plan.has_transfers else None)
+    except (InvalidPlan, InvalidRequest):
+        return None
+    if not simulation.fits(budget, result.host_budget):
+        return None
+    return dataclasses.replace(
+        result, graph_sha256=graph.sha256, budget=budget, peak_memory=simulation.peak_memory, cost=simulation.cost,
+        overhead=simulation.cost / graph.base_cost if graph.base_cost else None, lower_bound=None, gap=None,
+        host_peak_memory=simulation.host_peak_memory, min_feasible_budget=graph.min_feasible_budget,
+        smallest_peak=None, checkpoint_all_peak=graph.checkpoint_all_peak,
+        log=(*result.log, "followed for the same graph with its kernels' workspaces measured again"))
 
 
 def check_result(graph: Graph, result: ResultDocument, *, budget: int, joint: JointGraph | None = None,
