@@ -148,8 +148,8 @@ class JointGraph:
     starts from one output alone): held until the end of the forward only, marked by FORWARD_END."""
     rng_states: Mapping[str, int] = field(default_factory=dict)
     """Bytes of device memory the random state of each random op takes, by op, when a plan computes the op
-    again (0 where the generator's state lives on the host, as CUDA's does); ``fixed["rng_states"]`` is their
-    sum, a bound: an op computed once saves none."""
+    again (0 where the generator's state lives on the host, as CUDA's does); ``fixed["rng_states"]`` is what
+    they take if every one is (:func:`_replaying`), a bound: an op computed once saves none."""
 
     @property
     def fixed_memory(self) -> int:
@@ -159,7 +159,8 @@ class JointGraph:
     def fixed_memory_replaying(self, replayed: Iterable[str]) -> int:
         """The bytes resident through a step whose plan computes again exactly the random ops ``replayed``."""
         again = set(replayed)
-        return self.fixed_memory - sum(b for name, b in self.rng_states.items() if name not in again)
+        states = _replaying(b for name, b in self.rng_states.items() if name in again)
+        return self.fixed_memory - self.fixed["rng_states"] + states
 
     @property
     def resident_memory(self) -> int:
@@ -292,8 +293,8 @@ def describe(gm: fx.GraphModule, *, num_forward_outputs: int, input_kinds: Seque
                               deps=tuple(dict.fromkeys(r for r in grads if r in made))))
     rng_states = {n.name: _rng_state_bytes(n) for n in graph.nodes if n.op == "call_function" and _is_rng(n)}
     fixed = _fixed_memory(primals, input_kinds, constants, tangents, pinned,
-                          sum(gradients.values()) if accumulating else 0, sum(rng_states.values()), mutated_inputs,
-                          engine or {})
+                          sum(gradients.values()) if accumulating else 0, _replaying(rng_states.values()),
+                          mutated_inputs, engine or {})
     return JointGraph(
         module=gm,
         name=name,
@@ -523,6 +524,13 @@ def _pinned_storages(outputs: Sequence[fx.Node | None], sources: Sequence[fx.Nod
                 if s not in inputs:
                     pinned.setdefault(s, _allocated(o, b))
     return pinned
+
+
+def _replaying(states: Iterable[int]) -> int:
+    """Bytes the generator states of the random ops a plan computes again take: each op's, saved when it first
+    draws, and one more while one draws again (the generator's own state, put aside until it is back)."""
+    kept = list(states)
+    return sum(kept) + max(kept, default=0)
 
 
 def _fixed_memory(primals: Sequence[fx.Node], kinds: Sequence[InputKind], constants: Sequence[fx.Node],
