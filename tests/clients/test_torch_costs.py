@@ -137,6 +137,9 @@ def test_a_kernels_workspace_is_a_node_its_op_reads_and_small_ones_are_fixed_mem
     for p in workspaces:
         ws, op = graph.index[p.name], graph.index[p.workspace_of]
         assert ws == op - 1 and ws in graph.nodes[op].deps and nodes[p.name].cost == 0
+        # it reads what its op reads, so a plan makes it once they are resident: right before the op, not before
+        # what the op's stage computes again
+        assert set(graph.nodes[ws].deps) == set(graph.nodes[op].deps) - {ws}
         assert p.memory >= WORKSPACE_NODE_BYTES and nodes[p.name].meta["workspace_of"] == p.workspace_of
     assert 0 < joint.fixed["small_workspaces"] < WORKSPACE_NODE_BYTES  # batch norm's per-channel scratch
 
