@@ -203,3 +203,15 @@ def test_public_surface_is_sorted_and_documented():
         module = importlib.import_module(info.name)
         failures, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         assert failures == 0, info.name
+
+
+@pytest.mark.parametrize(("gpu", "profile"), [("NVIDIA H200", "h200"), ("NVIDIA GH200 480GB", "h200"),
+                                              ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-80GB", "a100"),
+                                              ("Tesla V100-SXM2-16GB", "v100"), ("NVIDIA L4", "a100")])
+def test_a_gpu_is_costed_by_its_own_profile(monkeypatch, gpu, profile):
+    from remat.clients.torch import _costs
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu)
+    on_gpu = torch.empty(0, device="meta")
+    monkeypatch.setattr(_costs, "_cuda_devices", lambda args: [on_gpu.device])
+    assert _costs._default_profile([on_gpu]) == profile

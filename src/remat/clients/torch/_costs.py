@@ -54,7 +54,18 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     _profile("v100", fp32=15.7e12, half=125e12, fp64=7.8e12, bandwidth=900e9, launch_s=5e-6),
     _profile("a100", fp32=19.5e12, half=312e12, fp64=19.5e12, bandwidth=2.039e12, launch_s=4e-6),
     _profile("h100", fp32=67e12, half=989e12, fp64=67e12, bandwidth=3.35e12, launch_s=3e-6),
+    _profile("h200", fp32=67e12, half=989e12, fp64=67e12, bandwidth=4.8e12, launch_s=3e-6),
 )}
+
+_PROFILES_BY_GPU = (
+    (("h200", "gh200"), "h200"),
+    (("h100", "h800"), "h100"),
+    (("a100", "a800"), "a100"),
+    (("v100",), "v100"),
+)
+"""GPU names (lower case, as torch.cuda.get_device_name gives them) and their profile; other GPUs get "a100". An
+H200 has an H100's arithmetic and faster memory (so has the Grace Hopper superchip's GPU); an H800 and an A800 are
+the H100 and A100 with a narrower interconnect."""
 
 #: CPU attention kernels use the same FLOP count as the GPU flash kernels.
 _FLOP_ALIASES = {
@@ -172,7 +183,7 @@ def _default_profile(args: Sequence[torch.Tensor]) -> str:
     if not cuda:
         return "cpu"
     gpu = torch.cuda.get_device_name(cuda[0]).lower()
-    return next((name for name in DEVICE_PROFILES if name != "cpu" and name in gpu), "a100")
+    return next((profile for names, profile in _PROFILES_BY_GPU if any(n in gpu for n in names)), "a100")
 
 
 def _where(args: Sequence[torch.Tensor]) -> str:
