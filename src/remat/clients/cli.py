@@ -128,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
                         "name or a .py file")
     p.add_argument("--batch-size", type=int, help="passed to the factory as batch_size")
     p.add_argument("--cost-model", default="flops", help="flops (roofline estimate) or measured (timed per node)")
-    p.add_argument("--device", help="device profile of the flops model: cpu, v100, a100, h100, h200 (default: the model's)")
+    p.add_argument("--device", help="flops model's device: cpu, v100, a100, h100, h200; default: the model's")
     p.add_argument("--output", "-o", help="write the graph JSON here (default: stdout)")
     p.set_defaults(run=_profile)
     return parser

@@ -56,7 +56,7 @@ from ._planning import (
     Planner,
     check_result,
     computing_random_ops_once,
-    shifted_result,
+    retargeted_result,
     simulate_as_run,
     with_fixed_memory,
 )
@@ -377,7 +377,7 @@ class RematBackend:
 
     def _earlier_plan(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None) -> _Solved | None:
         """The plan of a graph planned here before that differs from ``graph`` only in its fixed memory, moved by the
-        difference (:func:`~._planning.shifted_result`), where it is what a solve would give: solved for at least
+        difference (:func:`~._planning.retargeted_result`), where it is what a solve would give: solved for at least
         ``budget`` less the difference, and within ``budget``. A module from ``rematerialize()`` that a
         DistributedDataParallel runs is planned again with the buckets DDP holds beside its step: the same graph
         with more fixed memory, and under ``activation_budget`` a budget larger by as much."""
@@ -389,9 +389,12 @@ class RematBackend:
                     or planned.simulation.peak_memory + by > budget \
                     or with_fixed_memory(graph, made_for.fixed_memory).sha256 != made_for.sha256:
                 continue
+            moved = retargeted_result(planned.result, graph, budget, f"with {format_size(abs(by))} "
+                                      f"{'more' if by >= 0 else 'less'} fixed memory")
+            if moved is None:
+                continue
             try:
-                return self._check(shifted_result(planned.result, made_for, graph, budget), "earlier", budget,
-                                   transfer, joint, graph)
+                return self._check(moved, "earlier", budget, transfer, joint, graph)
             except PlanRejected:
                 continue
         return None

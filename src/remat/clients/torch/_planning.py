@@ -39,8 +39,8 @@ from ._progress import ProgressLine
 from ._ranks import shared_across_ranks
 
 __all__ = ["OFFLOAD_STRATEGIES", "SERVER_OPTIONS", "Budget", "Planner", "activation_memory", "activation_ratio",
-           "check_result", "computing_random_ops_once", "default_strategy", "remeasured_result",
-           "sha256_but_workspaces", "shifted_result", "with_fixed_memory"]
+           "check_result", "computing_random_ops_once", "default_strategy", "retargeted_result",
+           "sha256_but_workspaces", "with_fixed_memory"]
 
 SERVER_OPTIONS = ("backend", "time_limit_s", "mip_gap", "options", "convergence")
 """Solver options a remat service takes with a request."""
@@ -52,6 +52,9 @@ adaptive window of the out-of-core heuristic."""
 
 MIN_FLOOR_STRATEGY = "checkpoint-last"
 """The baseline that holds the least (only what the next op needs): its plan says how low a plan can go."""
+
+_REMEASURED = "with its kernels' workspaces measured again"
+"""Why a cached or another rank's result is followed on a graph whose workspaces differ from the one it was made for."""
 
 
 @dataclass(frozen=True)
@@ -174,12 +177,12 @@ class Planner:
             return self._solved[key], "solved"
         cached = self.cache.get(key) if self.cache is not None else None
         if cached is not None and cached.status in FITTING_STATUSES:
-            cached = remeasured_result(cached, graph, budget)
+            cached = retargeted_result(cached, graph, budget, _REMEASURED)
         else:
             cached = None
         result, source = shared_across_ranks(key, cached, lambda: self._solve_or_smallest(graph, budget, what, copies))
-        if source.startswith("rank") and result.status in FITTING_STATUSES:  # for the graph as that rank measured it
-            again = remeasured_result(result, graph, budget)
+        if result.status in FITTING_STATUSES:  # another rank's is for the graph as that rank measured it
+            again = retargeted_result(result, graph, budget, _REMEASURED)
             result, source = (again, source) if again is not None else \
                 (self._solve_or_smallest(graph, budget, what, copies), "solved")
         if result.status in FITTING_STATUSES and source != "cache":
@@ -314,27 +317,6 @@ def with_fixed_memory(graph: Graph, fixed_memory: int) -> Graph:
     return Graph(graph.nodes, name=graph.name, fixed_memory=fixed_memory, cost_unit=graph.cost_unit)
 
 
-def shifted_result(result: ResultDocument, made_for: Graph, graph: Graph, budget: int) -> ResultDocument:
-    """``result``, made for a graph that differs from ``graph`` only in its fixed memory (``made_for``), as a result
-    for ``graph`` within ``budget``: the same plan, its byte counts moved by the difference.
-
-    Fixed memory is resident at every step, so it moves every plan's peak alike: the plan solved for ``made_for``
-    at ``result.budget`` is the one for ``graph`` at that budget moved by the difference, and for any budget below
-    it that the plan still fits (:func:`check_result` says whether it does).
-    """
-    by = graph.fixed_memory - made_for.fixed_memory
-
-    def moved(size: int | None) -> int | None:
-        return None if size is None else size + by
-
-    return dataclasses.replace(
-        result, graph_sha256=graph.sha256, budget=budget, peak_memory=moved(result.peak_memory),
-        min_feasible_budget=result.min_feasible_budget + by, smallest_peak=moved(result.smallest_peak),
-        checkpoint_all_peak=result.checkpoint_all_peak + by,
-        log=(*result.log, f"followed for the same graph with {format_size(abs(by))} "
-                          f"{'more' if by >= 0 else 'less'} fixed memory"))
-
-
 def sha256_but_workspaces(graph: Graph, small_workspaces: int = 0) -> str:
     """The hash of ``graph`` with its kernels' workspaces (:mod:`._workspace`) at zero bytes, the
     ``small_workspaces`` of its fixed memory too: what stays the same when a step is captured again, where on
@@ -349,10 +331,11 @@ def sha256_but_workspaces(graph: Graph, small_workspaces: int = 0) -> str:
                  cost_unit=graph.cost_unit).sha256
 
 
-def remeasured_result(result: ResultDocument, graph: Graph, budget: int) -> ResultDocument | None:
-    """``result``, made for a graph that differs from ``graph`` at most in its workspaces' bytes (same
-    :func:`sha256_but_workspaces`), as a result for ``graph`` within ``budget``: the same plan simulated again, or
-    None if it no longer fits. Its lower bound, made for other bytes, is dropped."""
+def retargeted_result(result: ResultDocument, graph: Graph, budget: int, why: str) -> ResultDocument | None:
+    """``result``, made for a graph that differs from ``graph`` only in bytes (its kernels' workspaces as measured
+    again, its fixed memory), as a result for ``graph`` within ``budget``: the same plan simulated on ``graph``, or
+    None if it no longer fits. A result made for ``graph`` is returned as it is; another's lower bound, made for
+    other bytes, is dropped, and its log says ``why`` it was followed."""
     if result.graph_sha256 == graph.sha256:
         return result
     if result.plan is None:
@@ -369,7 +352,7 @@ def remeasured_result(result: ResultDocument, graph: Graph, budget: int) -> Resu
         overhead=simulation.cost / graph.base_cost if graph.base_cost else None, lower_bound=None, gap=None,
         host_peak_memory=simulation.host_peak_memory, min_feasible_budget=graph.min_feasible_budget,
         smallest_peak=None, checkpoint_all_peak=graph.checkpoint_all_peak,
-        log=(*result.log, "followed for the same graph with its kernels' workspaces measured again"))
+        log=(*result.log, f"followed for the same graph {why}"))
 
 
 def check_result(graph: Graph, result: ResultDocument, *, budget: int, joint: JointGraph | None = None,
