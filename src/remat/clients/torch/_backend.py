@@ -376,8 +376,8 @@ class RematBackend:
         return _Solved(joint, graph, result, source, plan, simulation, budget)
 
     def _earlier_plan(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None) -> _Solved | None:
-        """The plan of a graph planned here before that differs from ``graph`` only in its fixed memory, moved by the
-        difference (:func:`~._planning.retargeted_result`), where it is what a solve would give: solved for at least
+        """The plan of a graph planned here before that differs from ``graph`` only in its fixed memory, simulated on
+        ``graph`` (:func:`~._planning.retargeted_result`), where it is what a solve would give: solved for at least
         ``budget`` less the difference, and within ``budget``. A module from ``rematerialize()`` that a
         DistributedDataParallel runs is planned again with the buckets DDP holds beside its step: the same graph
         with more fixed memory, and under ``activation_budget`` a budget larger by as much."""
