@@ -455,6 +455,21 @@ def test_a_graph_that_cannot_hold_as_little_as_the_fraction_gets_its_leanest_pla
     assert loss_graph.budget > fraction.bytes_for(loss_graph.graph, loss_graph.joint)  # the leanest plan's peak
 
 
+def test_a_graph_whose_fraction_is_under_its_floor_gets_the_leanest_plan_the_strategy_finds(monkeypatch):
+    """As on FSDP2's block graphs, where checkpoint-last's plan holds more than checkpoint-all's: what is left is the
+    strategy's own search, which a budget under the graph's floor never starts."""
+    from remat.clients.torch import backend
+
+    monkeypatch.setattr("remat.solvers.baselines._checkpoint.LARGEST_PLAN", 0)  # checkpoint-last declines
+    torch.manual_seed(0)
+    model, x, y = _LossApart(), torch.randn(64, 32), torch.randint(0, 64, (64,))
+    remat = backend(activation_budget=0.01, cache=False, progress=False)
+    torch.compile(model, backend=remat, dynamic=False)(x, y).backward()
+    model_graph = remat.planned[0]
+    assert model_graph.simulation.recomputations > 0
+    assert model_graph.simulation.peak_memory < model_graph.graph.checkpoint_all_peak
+
+
 def test_with_inductor_dropout_is_replayed_as_with_eager_kernels():
     model, inputs, loss_fn = _model("gpt")
     ref = copy.deepcopy(model)
