@@ -9,7 +9,8 @@ computed outside), one batch each, the training loop as people write it:
   nothing (what running a planned graph costs in time and holds beyond the plan, apart from the plan's
   choices: an Inductor row over its plan there is Inductor's own, not the recomputations');
 - step times from CUDA events (median of the timed steps) against eager, the framework's checkpointing
-  and ``torch.compile``;
+  and ``torch.compile``, and each plan's compute as its cost model costs it (an offloading plan weighs its
+  copies against that, so it should be near eager's measured time);
 - a plan that offloads to pinned host memory over copy streams (``transfer="auto"``), run once with
   ``REMAT_CHECK_COPIES=1`` (every reloaded value checked against the value offloaded: a stream race
   raises) and then timed; its gradients against eager's.
@@ -211,7 +212,8 @@ def _remat(name: str, base: nn.Module, model: Model, device: torch.device, steps
         return Row(name, 0, [], note=f"no plan: {str(e)[:200]}")
     planned = rm.plans[0]
     plan = int(planned.simulation.peak_memory - planned.joint.resident_memory)
-    note = f"{planned.result.strategy} {planned.result.status.value}, {planned.result.overhead:.3f}x compute"
+    note = (f"{planned.result.strategy} {planned.result.status.value}, {planned.result.overhead:.3f}x compute "
+            f"of {1e3 * planned.graph.base_cost:.1f} ms costed")  # against eager's time: the cost model's scale
     return _run(name, m, model, device, steps, wrap=lambda _: rm, plan=plan, note=note)
 
 
@@ -242,7 +244,8 @@ def _offloaded(base: nn.Module, model: Model, device: torch.device, steps: int, 
     plan = int(planned.simulation.peak_memory - planned.joint.resident_memory)
     note = (f"copies checked: clean; largest gradient difference from eager {worst:.2e}; "
             f"{format_size(planned.simulation.host_peak_memory)} on the host, "
-            f"{planned.result.overhead:.3f}x the step's time (simulated)")
+            f"{planned.result.overhead:.3f}x the step's time (simulated) of {1e3 * planned.graph.base_cost:.1f} ms "
+            f"costed")
     return _run(name, m, model, device, steps, wrap=lambda _: rm, plan=plan, note=note)
 
 
