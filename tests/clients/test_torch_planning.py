@@ -90,6 +90,18 @@ def test_an_output_kept_apart_shares_memory_with_the_instance_it_came_from_only(
     assert _counting_parts_once(graph, joint, again, simulate(graph, again)).timeline.tolist() == [10, 10, 2, 12, 13]
 
 
+def test_below_the_floor_the_leanest_plan_quoted_is_the_strategys_own_search(monkeypatch) -> None:
+    """Under the graph's floor the strategy does not search: it is asked at the floor for the least its plans hold,
+    which is what a refusal quotes and what a split step's graph is planned at (the baseline may hold more)."""
+    monkeypatch.setattr("remat.solvers.baselines._checkpoint.LARGEST_PLAN", 0)  # checkpoint-last declines
+    graph = chain(12, memory=8)
+    planner = Planner("checkmate", progress=False)
+    result, _ = planner.result(graph, graph.min_feasible_budget - 1, what="a step")
+    assert result.smallest_peak is not None and result.smallest_peak < graph.checkpoint_all_peak
+    leanest, _ = planner.result(graph, result.smallest_peak, what="a step")
+    assert leanest.status.value in ("optimal", "feasible") and leanest.peak_memory <= result.smallest_peak
+
+
 def test_below_the_least_any_plan_holds_the_leanest_plan_is_quoted_not_followed() -> None:
     graph = chain(4, memory=8)
     budget = graph.min_feasible_budget - 1

@@ -361,8 +361,6 @@ class RematBackend:
             return earlier
         planned = functools.partial(self.planner.result, graph, what=joint.name, transfer=transfer,
                                     small_workspaces=joint.fixed["small_workspaces"])
-        if self._leanest_will_do:  # under its floor no strategy searches, nor says the least a plan holds
-            budget = max(budget, graph.min_feasible_budget)
         solved, source = planned(budget)
         if self._leanest_will_do and solved.status not in FITTING_STATUSES and solved.smallest_peak:
             budget = solved.smallest_peak

@@ -194,7 +194,7 @@ class Planner:
     def _solve_or_smallest(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> ResultDocument:
         """The strategy's result, or when it found no plan that fits, the baseline's that holds the least."""
         result = self._solve(graph, budget, what, copies)
-        return result if result.status in FITTING_STATUSES else self._smallest_plan(graph, budget, result)
+        return result if result.status in FITTING_STATUSES else self._smallest_plan(graph, budget, result, what, copies)
 
     def _solve(self, graph: Graph, budget: int, what: str, copies: Mapping[str, Any]) -> ResultDocument:
         """Solve here or on the service; ``copies`` holds the request's ``transfer`` (JSON) and ``host_budget``."""
@@ -217,12 +217,15 @@ class Planner:
             line.close(f"{result.status.value} in {result.solve_time_s:.1f} s, {overhead}")
         return result.document()
 
-    def _smallest_plan(self, graph: Graph, budget: int, failed: ResultDocument) -> ResultDocument:
+    def _smallest_plan(self, graph: Graph, budget: int, failed: ResultDocument, what: str,
+                       copies: Mapping[str, Any]) -> ResultDocument:
         """The plan of the baseline that holds the least, when the strategy found none that fits.
 
         It is the answer when it fits; otherwise the strategy's result is kept, with the smallest
         budget a plan reached (this baseline's peak, the strategy's own plan's, the lowest its search
-        reached, or checkpoint-all's) under ``smallest_peak``. On graphs too large for the baseline
+        reached, or checkpoint-all's) under ``smallest_peak``. Under the graph's floor the strategy does
+        not search, so it is asked again at the floor for the lowest its search reaches there (the
+        baseline's plan may hold more than checkpoint-all's). On graphs too large for the baseline
         (:data:`remat.solvers.baselines.LARGEST_PLAN`) only the strategy's own plans count.
         """
         from remat.solvers import solve
@@ -236,7 +239,9 @@ class Planner:
                 and floor.peak_memory <= budget:
             return dataclasses.replace(floor, log=(*failed.log[-3:], f"{self.strategy} found no plan within the "
                                                    f"budget; {MIN_FLOOR_STRATEGY}'s plan fits", *floor.log))
-        peaks = [(peak, r.strategy) for r in (failed, floor) if r is not None
+        searched = self._solve(graph, graph.min_feasible_budget, what, copies) \
+            if budget < graph.min_feasible_budget and failed.smallest_peak is None else None
+        peaks = [(peak, r.strategy) for r in (failed, floor, searched) if r is not None
                  for peak in (r.peak_memory, r.smallest_peak) if peak is not None]
         peak, strategy = min([*peaks, (graph.checkpoint_all_peak, "checkpoint-all")])
         least = f"{strategy}'s plan peaks at {format_size(peak)}, the least of any found"
