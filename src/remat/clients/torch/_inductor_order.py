@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ._inductor_fusion import kernel_position, stop_watching, watch_fusions
+
 __all__ = ["INDUCTOR_CONFIG", "in_plan_order"]
 
 
@@ -27,10 +29,10 @@ def in_plan_order(kernels: Sequence[Any]) -> list[Any]:
     the kernels that make what it reads."""
     from torch._inductor.virtualized import V
 
+    stop_watching()
     graph: Any = V.graph.module.graph  # the graph Inductor lowers, whose nodes the kernels' origins are
     position = {node: k for k, node in enumerate(graph.nodes)}
-    last = {kernel: max((position.get(origin, -1) for part in kernel.get_nodes() if part.node is not None
-                         for origin in part.node.get_origins()), default=-1) for kernel in kernels}
+    last = {kernel: kernel_position(kernel, position) for kernel in kernels}
     maker: dict[str, Any] = {}
     for kernel in kernels:
         for name in (*kernel.get_buffer_names(), *kernel.get_operation_names()):
@@ -55,6 +57,7 @@ def in_plan_order(kernels: Sequence[Any]) -> list[Any]:
 
 
 INDUCTOR_CONFIG: dict[str, Any] = {
+    "_pre_fusion_custom_pass": watch_fusions,
     "_post_fusion_custom_pass": in_plan_order,
     "reorder_for_peak_memory": False,
     "layout_optimization": False,
