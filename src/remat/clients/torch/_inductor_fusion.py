@@ -34,7 +34,8 @@ class _Memory:
         from torch._inductor.virtualized import V
 
         graph = V.graph
-        position = {node: k for k, node in enumerate(graph.module.graph.nodes)}
+        lowered: Any = graph.module.graph  # the graph Inductor lowers, whose nodes the kernels' origins are
+        position = {node: k for k, node in enumerate(lowered.nodes)}
         end = len(position)
         self.at = {kernel: kernel_position(kernel, position) for kernel in kernels}
         self.outputs = set(graph.get_output_names())
@@ -138,4 +139,5 @@ def _buffer_bytes(buf: Any) -> int:
 
     if isinstance(buf.node.layout, (NoneLayout, MultiOutputLayout)):
         return 0
-    return int(V.graph.sizevars.optimization_hint(buf.node.get_numel(), fallback=0)) * get_dtype_size(buf.node.get_dtype())
+    numel = int(V.graph.sizevars.optimization_hint(buf.node.get_numel(), fallback=0))
+    return numel * get_dtype_size(buf.node.get_dtype())
