@@ -85,9 +85,9 @@ class _Memory:
         for name in _reads(parts) - written - self.outputs:
             before = max((at(r) for r in self.readers.get(name, ()) if r not in parts), default=-1)
             before = max([before, *(at(node) for node in (node1, node2) if _reads_name(node, name))])
-            if before < fused_at:
+            if before < fused_at:  # live to its last reader anyway: held from the position after
                 held += self.size.get(name, 0)
-                since = min(since, max(before, 0))
+                since = min(since, before + 1)
         return held == 0 or max(self.live[since:fused_at + 1]) + held <= self.peak
 
 
