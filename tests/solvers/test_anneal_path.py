@@ -106,10 +106,10 @@ from remat.schedules import Graph, resolve_budget
 from remat.solvers import SolveContext, SolveLimits
 from remat.solvers.checkmate import _anneal_worker as worker
 graph = Graph.from_path(sys.argv[1])
-asked, solve = [], worker.retention_bound
-worker.retention_bound = lambda *args, stages, **kwargs: asked.append(stages) or solve(*args, stages=stages, **kwargs)
+asked, solve = [], worker.retention_solution
+worker.retention_solution = lambda *args, stages, **kw: asked.append(stages) or solve(*args, stages=stages, **kw)
 worker._lp_bound(graph, resolve_budget(graph, budget_ratio=0.5), SolveContext(SolveLimits(time_limit_s=60)),
-                  lambda _: None, worker.LP_ROWS, worker.LP_SHARE)
+                  lambda _: None, [0.0], worker.LP_ROWS, worker.LP_SHARE)
 print(json.dumps(asked))
 """
 
@@ -130,8 +130,8 @@ from remat.solvers import SolveContext, SolveLimits, Stop
 from remat.solvers.checkmate import _anneal_worker as worker
 worker.BOUND_FIRST_NODES = 0  # every graph counts as large
 graph = Graph.from_path(sys.argv[1])
-asked, sent, solve, stop = [], [], worker.retention_bound, Stop()
-worker.retention_bound = lambda *args, stages, **kwargs: asked.append(stages) or solve(*args, stages=stages, **kwargs)
+asked, sent, solve, stop = [], [], worker.retention_solution, Stop()
+worker.retention_solution = lambda *args, stages, **kw: asked.append(stages) or solve(*args, stages=stages, **kw)
 
 def send(message):
     sent.append(type(message).__name__)

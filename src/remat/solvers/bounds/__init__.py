@@ -3,6 +3,6 @@
 A second tier below :mod:`remat.solvers`, used by the checkmate strategy's anneal path.
 """
 
-from ._retention import overloaded_stages, retention_bound
+from ._retention import Retention, overloaded_stages, retention_bound, retention_solution
 
-__all__ = ["overloaded_stages", "retention_bound"]
+__all__ = ["Retention", "overloaded_stages", "retention_bound", "retention_solution"]

@@ -40,10 +40,23 @@ from remat.schedules import Graph
 from .._context import DEFAULT_MIP_GAP
 from ..backends import Limits, MilpModel, get_backend
 
-__all__ = ["overloaded_stages", "retention_bound"]
+__all__ = ["Retention", "overloaded_stages", "retention_bound", "retention_solution"]
 
 _SAFETY = 1e-6
 """Relative margin taken off an engine's optimum or dual bound before it is reported as proved. (docs/tuning.md)"""
+
+_KEPT = 1e-6
+"""How close to 1 a residency of the solution must be to count as kept. (docs/tuning.md)"""
+
+
+class Retention(NamedTuple):
+    """A solved relaxation: its proved lower bound on cost, and the (value, stage) pairs its solution does
+    not keep resident (a fractional residency counts as not kept), which describe a plan
+    (:func:`remat.solvers.search.retained_plan`)."""
+
+    bound: float
+    dropped_value: np.ndarray
+    dropped_stage: np.ndarray
 
 
 def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral: bool = False,
@@ -72,17 +85,30 @@ def retention_bound(graph: Graph, budget: int, *, time_limit_s: float, integral:
 
     The LP drops a quarter of a across stage c; the MIP must drop all of it, one more computation.
     """
+    solved = retention_solution(graph, budget, time_limit_s=time_limit_s, integral=integral, stages=stages,
+                                max_columns=max_columns)
+    return None if solved is None else solved.bound
+
+
+def retention_solution(graph: Graph, budget: int, *, time_limit_s: float, integral: bool = False,
+                       stages: int | None = None, max_columns: int | None = None) -> Retention | None:
+    """:func:`retention_bound` with what the relaxation's solution keeps resident; None when it proves no bound.
+
+    A MIP stopped before its proof gives its dual bound and its incumbent's residency.
+    """
     pairs = _Pairs.of(graph, budget, stages)
     if pairs.owner.size == 0:
-        return graph.base_cost
+        return Retention(graph.base_cost, pairs.owner, pairs.stage)
     if max_columns is not None and 2 * pairs.owner.size > max_columns:
         return None
     model = _Relaxation(graph, budget, pairs)
     limits = Limits(time_limit_s=max(float(time_limit_s), 0.01), mip_gap=DEFAULT_MIP_GAP, threads=1)
     result = get_backend("highs").solve(model.milp(integral=integral), limits, lambda _: None)
-    if result.bound is None or not np.isfinite(result.bound):
+    if result.bound is None or not np.isfinite(result.bound) or result.x is None:
         return None  # the LP not solved to optimality, or no MIP dual bound
-    return graph.base_cost + max(0.0, result.bound * model.cost_unit * (1 - _SAFETY))
+    bound = graph.base_cost + max(0.0, result.bound * model.cost_unit * (1 - _SAFETY))
+    dropped = result.x[:pairs.owner.size] < 1 - _KEPT
+    return Retention(bound, pairs.owner[dropped], pairs.stage[dropped])
 
 
 def overloaded_stages(graph: Graph, budget: int) -> int:

@@ -49,6 +49,7 @@ from ._anneal_worker import (
     ChainBest,
     HelperRequest,
     Note,
+    StartFound,
     WindowInfeasible,
     run_helper,
 )
@@ -80,10 +81,18 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
     try:
         annealer = Annealer(graph, budget, seed=0)
         reused = composed_start(graph, budget, ctx, annealer,
-                                lambda cost, extras: on_best(cost, extras, "repeated blocks"))
+                                lambda cost, extras: on_best(cost, extras, "repeated blocks"),
+                                give_way=lambda: pool.start is not None)
         if reused is not None:
             pool.note(reused)
-        annealer.run(ctx, on_best=on_best, every=tend, on_leanest=ctx.report_leanest)
+        while True:
+            annealer.run(ctx, on_best=on_best, every=tend, on_leanest=ctx.report_leanest)
+            start = pool.take_start()
+            if start is None or ctx.stopped():
+                break
+            annealer.adopt(start.extras)
+            pool.note(f"the chain starts again from the plan of the {start.how} (cost {start.cost:.6g} "
+                      f"before its descent)")
     finally:
         for helper in helpers:
             helper.stop()
@@ -107,6 +116,8 @@ class _Pool:
     extras: list[tuple[int, int]] | None = None
     source: str = ""
     baseline: tuple[str, Schedule, float] | None = None
+    start: StartFound | None = None
+    """A plan read off a relaxation that the solve process's chain has not started from yet."""
     bound: float | None = None
     infeasible: bool = False
     log: list[str] = field(default_factory=list)
@@ -137,6 +148,17 @@ class _Pool:
                 self.bound = bound
                 self._report(force=True)
 
+    def offer_start(self, start: StartFound) -> None:
+        with self._lock:
+            self.start = start
+
+    def take_start(self) -> StartFound | None:
+        """The relaxation's plan that :meth:`tend` found worth starting again from, once; None when the
+        search is over."""
+        with self._lock:
+            start, self.start = self.start, None
+            return None if self.proved() or self.infeasible else start
+
     def offer_infeasible(self, first: int, last: int) -> None:
         with self._lock:
             self.infeasible = True
@@ -153,7 +175,8 @@ class _Pool:
 
     def tend(self, annealer: Annealer) -> bool:
         """Between moves: hand a chain the best plan when it has none or a baseline beats it; flush a
-        held report; True to stop (the bound proves the best plan optimal, or nothing fits)."""
+        held report; True to stop (the bound proves the best plan optimal, nothing fits, or a
+        relaxation's plan cheaper than the chain's best is there to start again from)."""
         with self._lock:
             baseline_news = self.baseline is not None and self.source == self.baseline[0] \
                 and self._handed != self.source and (annealer.best_cost is None or self.cost < annealer.best_cost)
@@ -162,7 +185,9 @@ class _Pool:
                 self._handed = self.source
             if self._pending:
                 self._report(force=False)
-        return self.proved() or self.infeasible
+            if self.start is not None and annealer.best_cost is not None and self.start.cost >= annealer.best_cost:
+                self.start = None  # costs more than the chain's best before it even fits
+        return self.proved() or self.infeasible or self.start is not None
 
     def flush(self) -> None:
         """Report the best plan and bound if the last report did not show them."""
@@ -242,6 +267,8 @@ class _Helper:
                         pool.offer_infeasible(message.first, message.last)
                     case BoundFound():
                         pool.offer_bound(message.value, message.how)
+                    case StartFound():
+                        pool.offer_start(message)
                     case Note():
                         pool.note(message.line)
                     case ChildFailed():

@@ -14,6 +14,9 @@ tasks and sends what they find:
   (``explained`` 0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
 - on a graph of :data:`BOUND_FIRST_NODES` nodes or more, the LP bounds come before the baselines, and
   their rungs start at one stage (:data:`LARGE_LP_ROWS`) and may take the whole time limit;
+- with each LP bound that rises, a :class:`StartFound`: the plan its solution describes
+  (:func:`~remat.solvers.search.retained_plan`), when it costs less than the best plan so far, for the
+  solve process's chain to start again from;
 - ``anneal``: a :class:`ChainBest` for each new best of an annealing chain (from the best
   baseline, when one fits).
 
@@ -33,13 +36,14 @@ from remat.schedules import Graph, Schedule
 from .._children import Parent
 from .._context import SolveContext, SolveLimits
 from ..baselines import best_baseline
-from ..bounds import overloaded_stages, retention_bound
-from ..search import Annealer
+from ..bounds import overloaded_stages, retention_bound, retention_solution
+from ..search import Annealer, retained_plan
 from ._windows import prove_infeasible
 
 __all__ = ["BOUND_FIRST_NODES", "LARGE_LP_ROWS", "LP_COLUMNS", "LP_ROWS", "LP_SHARE", "MIP_COLUMNS", "MIP_SHARE",
            "MIP_WHEN_EXPLAINED", "MIP_WITHIN", "WINDOW_SHARE", "BaselineFound", "BestCost", "BoundFound",
-           "ChainBest", "HelperRequest", "Note", "WindowInfeasible", "mip_worth_it", "run_helper", "run_tasks"]
+           "ChainBest", "HelperRequest", "Note", "StartFound", "WindowInfeasible", "mip_worth_it", "run_helper",
+           "run_tasks"]
 
 WINDOW_SHARE = 0.75
 """Share of the time limit the proof may spend (the chains search for a plan meanwhile). (docs/tuning.md)"""
@@ -148,6 +152,16 @@ class ChainBest:
 
 
 @dataclass(frozen=True)
+class StartFound:
+    """A plan read off a relaxation's solution: its cost, its extra computations (it may peak over the
+    budget), and the relaxation."""
+
+    cost: float
+    extras: list[tuple[int, int]]
+    how: str
+
+
+@dataclass(frozen=True)
 class Note:
     """A line for the solve's log."""
 
@@ -180,7 +194,8 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
     """
     started = time.monotonic()
     large = graph.size >= BOUND_FIRST_NODES
-    lp, rows = _lp_bound(graph, budget, ctx, send, LARGE_LP_ROWS, 1.0) if "bound" in tasks and large else (None, None)
+    lp, rows = (_lp_bound(graph, budget, ctx, send, best, LARGE_LP_ROWS, 1.0) if "bound" in tasks and large
+                else (None, None))
     baseline = None
     if "baselines" in tasks:
         baseline = best_baseline(graph, budget, ctx)
@@ -197,7 +212,7 @@ def run_tasks(graph: Graph, budget: int, seed: int, ctx: SolveContext, tasks: tu
             send(WindowInfeasible(window.start, window.stop - 1))
             return
     if "bound" in tasks and not large:
-        lp, rows = _lp_bound(graph, budget, ctx, send, LP_ROWS, LP_SHARE)
+        lp, rows = _lp_bound(graph, budget, ctx, send, best, LP_ROWS, LP_SHARE)
     mip_wanted = lp is not None
 
     def mip_due(_: Annealer | None = None) -> bool:
@@ -238,20 +253,26 @@ def mip_worth_it(best: float, lp: float, base_cost: float, explained: float) -> 
     return 0 < overhead <= (lp - base_cost) / explained and best - lp <= MIP_WITHIN * best
 
 
-def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send,
+def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send, best: list[float],
               rungs: tuple[int | None, ...], share: float) -> tuple[float | None, int | None]:
     """The best LP bound over the ``rungs`` (stages of each LP) solved within the ``share`` of the time
-    limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further)."""
+    limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further); each
+    bound that rises is sent, and the plan its solution describes when that costs less than ``best[0]``."""
     deadline = time.monotonic() + share * ctx.limits.time_limit_s
     overloaded = overloaded_stages(graph, budget)
-    best, best_rows = None, None
+    bound, bound_rows = None, None
     for rows in dict.fromkeys(None if k is None or k >= overloaded else k for k in rungs):
         left = min(ctx.remaining_s(), deadline - time.monotonic())
         if ctx.stopped() or left <= 0:
             break
-        lp = retention_bound(graph, budget, time_limit_s=left, stages=rows, max_columns=LP_COLUMNS)
-        if lp is None or (best is not None and lp <= best * (1 + 1e-9)):
+        solved = retention_solution(graph, budget, time_limit_s=left, stages=rows, max_columns=LP_COLUMNS)
+        if solved is None or (bound is not None and solved.bound <= bound * (1 + 1e-9)):
             break  # too large, not solved in time, or past the rung that binds hardest: the next is larger still
-        best, best_rows = lp, rows
-        send(BoundFound(lp, f"retention LP, {rows or 'all'} stages"))
-    return best, best_rows
+        bound, bound_rows = solved.bound, rows
+        how = f"retention LP, {rows or 'all'} stages"
+        send(BoundFound(bound, how))
+        extras = retained_plan(graph, solved.dropped_value, solved.dropped_stage)
+        cost = graph.base_cost + math.fsum(float(graph.cost[v]) for v, _ in extras)
+        if cost < best[0]:
+            send(StartFound(cost, extras, how))
+    return bound, bound_rows

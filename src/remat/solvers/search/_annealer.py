@@ -241,8 +241,8 @@ class Annealer:
         ``on_best(cost, extras)`` is called for each new best state that fits (cost including the
         base cost; ``extras`` its (node, stage) extra computations); while none fits,
         ``on_leanest(peak)`` for each state with a lower peak than any before. ``every(self)``, called
-        between moves every so often, may :meth:`adopt` another state, and ends the run by
-        returning True.
+        between moves every so often (and after each round of the descent), may :meth:`adopt` another
+        state, and ends the run by returning True.
         """
         def improved() -> None:
             if self._remember():
@@ -254,7 +254,7 @@ class Annealer:
         def clock() -> float:  # where the run is, in the unit of its horizon
             return self.moves if max_moves else time.monotonic()
 
-        self._descend(ctx)
+        self._descend(ctx, every)
         improved()
         if self.excess > 0:
             self._tighten()
@@ -340,14 +340,15 @@ class Annealer:
                     todo.append(u)
         return dropped
 
-    def _descend(self, ctx: SolveContext) -> None:
+    def _descend(self, ctx: SolveContext, every: Callable[[Annealer], bool] | None = None) -> None:
         """Greedy descent to the budget: apply the best of a few reliefs by memory freed per cost.
 
         Gives up (and leaves the rest to the annealing) after :data:`DESCENT_PATIENCE` rounds in a
-        row in which no relief reduced the excess.
+        row in which no relief reduced the excess, or once ``every(self)``, called after each round,
+        returns True (a descent on a large graph far over the budget can take the whole time limit).
         """
         stuck = 0
-        while self.excess > 0 and stuck < DESCENT_PATIENCE and not ctx.stopped():
+        while self.excess > 0 and stuck < DESCENT_PATIENCE and not ctx.stopped() and not (every and every(self)):
             best: tuple[float, list[tuple[int, int]], int] | None = None
             peaks = self.tl.peaks  # the state's, the same for every candidate of the round
             for _ in range(CANDIDATES):

@@ -155,11 +155,11 @@ def _whole_node(short: ShortGraph, block: np.ndarray, slot: np.ndarray, v: int, 
 
 def composed_start(graph: Graph, budget: int, ctx: SolveContext, annealer: Annealer,
                    on_fit: Callable[[float, list[tuple[int, int]]], None], *,
-                   min_nodes: int = MIN_NODES) -> str | None:
+                   min_nodes: int = MIN_NODES, give_way: Callable[[], bool] = lambda: False) -> str | None:
     """Move ``annealer`` to the cheapest plan that fits composed from the longest run's short graph (or the
     last composed, when none fits), calling ``on_fit(cost, extras)`` for each cheaper one as it comes; a
     line for the log saying what was reused, or None when the graph has fewer than ``min_nodes`` nodes or
-    no run worth it."""
+    no run worth it. Composing ends early once ``give_way()`` (a better start has come)."""
     if graph.size < min_nodes:
         return None
     runs = [run for run in find_repeats(graph) if run.count >= 4 * KEEP]
@@ -179,14 +179,14 @@ def composed_start(graph: Graph, budget: int, ctx: SolveContext, annealer: Annea
         solver = Annealer(small, small_budget, seed=0)
         if plans:
             solver.adopt(plans[-1][2])
-        solver.run(ctx.detached(min(SOLVE_S, ctx.remaining_s() / 5)), max_moves=MOVES)
-        if ctx.stopped() or solver.best is None:
+        solver.run(ctx.detached(min(SOLVE_S, ctx.remaining_s() / 5)), max_moves=MOVES, every=lambda _: give_way())
+        if ctx.stopped() or give_way() or solver.best is None:
             break
         peak, cost = _try(annealer, compose(short, solver.best), budget, on_fit)
         plans.append((peak, cost, solver.best))
         tries.append(f"{small_budget:,} bytes: peak {peak / budget:.3f} of the budget")
         target = _next_budget(small_budget, peak, budget, share, bracket)
-    mixed = _mix(short, annealer, budget, plans, on_fit) if plans else None
+    mixed = _mix(short, annealer, budget, plans, on_fit) if plans and not give_way() else None
     if mixed is not None:
         tries.append(mixed)
     if annealer.best is not None:
