@@ -8,9 +8,10 @@ from processes import helper_messages
 
 from remat.schedules import Graph, plan_from_schedule, resolve_budget, simulate
 from remat.solvers import SolveContext
-from remat.solvers.checkmate._anneal import _Pool
+from remat.solvers.baselines import best_baseline
+from remat.solvers.checkmate._anneal import _Pool, _start_again
 from remat.solvers.checkmate._anneal_worker import BoundFound, StartFound
-from remat.solvers.search import Annealer, Timeline, retained_plan
+from remat.solvers.search import Annealer, Timeline, retained_plan, timeline_from_schedule
 
 
 def captured(name: str) -> Graph:
@@ -67,3 +68,22 @@ def test_the_chain_starts_again_from_a_start_cheaper_than_its_best_once() -> Non
     assert pool.tend(annealer)  # the chain's run ends, to start again from it
     start = pool.take_start()
     assert start is not None and start.how == "cheaper" and pool.take_start() is None
+
+
+def test_the_chain_goes_on_from_a_start_only_when_it_fits_for_less() -> None:
+    g = captured("gpt-12")
+    budget = resolve_budget(g, budget_ratio=0.5)
+    baseline = best_baseline(g, budget, SolveContext())
+    assert baseline is not None
+    chain, searched = Annealer(g, budget), Annealer(g, budget)
+    chain.adopt(timeline_from_schedule(g, baseline.schedule).extras())
+    searched.run(SolveContext(), max_moves=4000)
+    assert chain.best_cost is not None and searched.best_cost is not None and searched.best_cost < chain.best_cost
+    better = StartFound(searched.best_cost, list(searched.best or ()), "LP")
+    worse = StartFound(chain.best_cost, list(chain.best or ()), "LP")
+    reported: list[float] = []
+    line = _start_again(g, budget, SolveContext(), chain, better, lambda cost, _: reported.append(cost))
+    assert "the chain goes on from it" in line
+    assert chain.best_cost == reported[0] and abs(reported[0] - searched.best_cost) <= 1e-9 * reported[0]
+    line = _start_again(g, budget, SolveContext(), searched, worse, lambda cost, _: reported.append(cost))
+    assert "no less than the chain's best" in line and len(reported) == 1

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from remat.schedules import Graph, Schedule
@@ -90,9 +91,7 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
             start = pool.take_start()
             if start is None or ctx.stopped():
                 break
-            annealer.adopt(start.extras)
-            pool.note(f"the chain starts again from the plan of the {start.how} (cost {start.cost:.6g} "
-                      f"before its descent)")
+            pool.note(_start_again(graph, budget, ctx, annealer, start, on_best))
     finally:
         for helper in helpers:
             helper.stop()
@@ -103,6 +102,25 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
     if not outcome.found:
         outcome.leanest = annealer.leanest_schedule()
     return outcome
+
+
+def _start_again(graph: Graph, budget: int, ctx: SolveContext, annealer: Annealer, start: StartFound,
+                 on_best: Callable[[float, list[tuple[int, int]]], None]) -> str:
+    """Descend from a relaxation's plan to the budget, and move the chain there when it then fits for less than
+    the chain's best (reported to ``on_best``); a line for the log."""
+    trial = Annealer(graph, budget, seed=0)
+    trial.adopt(start.extras)
+    trial.descend(ctx)
+    cost = trial.tl.total_cost
+    head = f"the plan of the {start.how} (cost {start.cost:.6g})"
+    if trial.excess > 0:
+        return f"{head} did not come down to the budget"
+    if annealer.best_cost is not None and cost >= annealer.best_cost:
+        return f"{head} fits at {cost:.6g}, no less than the chain's best"
+    annealer.adopt(trial.extras)
+    if annealer.best_cost is not None:
+        on_best(annealer.best_cost, list(annealer.best or ()))
+    return f"{head} fits at {cost:.6g}: the chain goes on from it"
 
 
 @dataclass

@@ -254,7 +254,7 @@ class Annealer:
         def clock() -> float:  # where the run is, in the unit of its horizon
             return self.moves if max_moves else time.monotonic()
 
-        self._descend(ctx, every)
+        self.descend(ctx, every)
         improved()
         if self.excess > 0:
             self._tighten()
@@ -340,7 +340,7 @@ class Annealer:
                     todo.append(u)
         return dropped
 
-    def _descend(self, ctx: SolveContext, every: Callable[[Annealer], bool] | None = None) -> None:
+    def descend(self, ctx: SolveContext, every: Callable[[Annealer], bool] | None = None) -> None:
         """Greedy descent to the budget: apply the best of a few reliefs by memory freed per cost.
 
         Gives up (and leaves the rest to the annealing) after :data:`DESCENT_PATIENCE` rounds in a
