@@ -55,7 +55,7 @@ def test_the_helper_sends_the_plan_of_each_rising_lp_bound_and_it_costs_what_it_
     assert not any(isinstance(m, StartFound) for m in told)  # none cheaper than a plan the parent has
 
 
-def test_the_chain_starts_again_from_a_start_cheaper_than_its_best_once() -> None:
+def test_the_chain_tries_the_last_start_once_when_it_costs_less_than_its_best() -> None:
     g = captured("gpt-12")
     budget = resolve_budget(g, budget_ratio=0.5)
     pool = _Pool(g, budget, SolveContext())
@@ -63,11 +63,11 @@ def test_the_chain_starts_again_from_a_start_cheaper_than_its_best_once() -> Non
     annealer.run(SolveContext(), max_moves=2000)
     assert annealer.best_cost is not None
     pool.offer_start(StartFound(annealer.best_cost, [], "dearer"))
-    assert not pool.tend(annealer) and pool.take_start() is None  # no cheaper than the chain's best: dropped
-    pool.offer_start(StartFound(annealer.best_cost * 0.99, [(0, 5)], "cheaper"))
-    assert pool.tend(annealer)  # the chain's run ends, to start again from it
-    start = pool.take_start()
-    assert start is not None and start.how == "cheaper" and pool.take_start() is None
+    assert pool.take_start(annealer) is None  # no cheaper than the chain's best: dropped
+    pool.offer_start(StartFound(annealer.best_cost * 0.98, [(0, 5)], "cheaper"))
+    pool.offer_start(StartFound(annealer.best_cost * 0.99, [(0, 6)], "last"))
+    start = pool.take_start(annealer)
+    assert start is not None and start.how == "last" and pool.take_start(annealer) is None
 
 
 def test_the_chain_goes_on_from_a_start_only_when_it_fits_for_less() -> None:

@@ -73,6 +73,9 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
     def tend(annealer: Annealer) -> bool:
         for helper in helpers:
             helper.tell(pool.cost)
+        start = pool.take_start(annealer)
+        if start is not None:
+            pool.note(_start_again(graph, budget, ctx, annealer, start, on_best))
         return pool.tend(annealer)
 
     def on_best(cost: float, extras: list[tuple[int, int]], source: str = "anneal") -> None:
@@ -86,12 +89,7 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
                                 give_way=lambda: pool.start is not None)
         if reused is not None:
             pool.note(reused)
-        while True:
-            annealer.run(ctx, on_best=on_best, every=tend, on_leanest=ctx.report_leanest)
-            start = pool.take_start()
-            if start is None or ctx.stopped():
-                break
-            pool.note(_start_again(graph, budget, ctx, annealer, start, on_best))
+        annealer.run(ctx, on_best=on_best, every=tend, on_leanest=ctx.report_leanest)
     finally:
         for helper in helpers:
             helper.stop()
@@ -135,7 +133,7 @@ class _Pool:
     source: str = ""
     baseline: tuple[str, Schedule, float] | None = None
     start: StartFound | None = None
-    """A plan read off a relaxation that the solve process's chain has not started from yet."""
+    """A plan read off a relaxation that the solve process's chain has not tried yet."""
     bound: float | None = None
     infeasible: bool = False
     log: list[str] = field(default_factory=list)
@@ -170,12 +168,14 @@ class _Pool:
         with self._lock:
             self.start = start
 
-    def take_start(self) -> StartFound | None:
-        """The relaxation's plan that :meth:`tend` found worth starting again from, once; None when the
-        search is over."""
+    def take_start(self, annealer: Annealer) -> StartFound | None:
+        """The relaxation's plan that came last, once, when it costs less than the chain's best (before its
+        descent to the budget)."""
         with self._lock:
             start, self.start = self.start, None
-            return None if self.proved() or self.infeasible else start
+        if start is None or (annealer.best_cost is not None and start.cost >= annealer.best_cost):
+            return None
+        return start
 
     def offer_infeasible(self, first: int, last: int) -> None:
         with self._lock:
@@ -193,8 +193,7 @@ class _Pool:
 
     def tend(self, annealer: Annealer) -> bool:
         """Between moves: hand a chain the best plan when it has none or a baseline beats it; flush a
-        held report; True to stop (the bound proves the best plan optimal, nothing fits, or a
-        relaxation's plan cheaper than the chain's best is there to start again from)."""
+        held report; True to stop (the bound proves the best plan optimal, or nothing fits)."""
         with self._lock:
             baseline_news = self.baseline is not None and self.source == self.baseline[0] \
                 and self._handed != self.source and (annealer.best_cost is None or self.cost < annealer.best_cost)
@@ -203,9 +202,7 @@ class _Pool:
                 self._handed = self.source
             if self._pending:
                 self._report(force=False)
-            if self.start is not None and annealer.best_cost is not None and self.start.cost >= annealer.best_cost:
-                self.start = None  # costs more than the chain's best before it even fits
-        return self.proved() or self.infeasible or self.start is not None
+        return self.proved() or self.infeasible
 
     def flush(self) -> None:
         """Report the best plan and bound if the last report did not show them."""
