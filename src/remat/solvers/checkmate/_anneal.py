@@ -10,6 +10,10 @@ second or so). Helper processes, one per further thread (at least one), run in p
   when one fits (a basin the solve process's chain, from checkpoint-all, can miss);
 - the others run chains with other seeds.
 
+Each LP bound that rises comes with the plan its solution describes (:func:`~remat.solvers.search.retained_plan`);
+between two moves the solve process's chain descends it to the budget apart and goes on from it when
+it then fits for less than the chain's best (on deep graphs it lands on the bound).
+
 The solve process's chain cools in cycles of doubling length (:meth:`Annealer.run`), so that a solve
 stopped on convergence stops at a cold chain; the helpers' chains cool once over the whole time limit:
 hot for longer, they cross to basins the cycles miss (the 6-level U-Net at 0.5 of its peak).
