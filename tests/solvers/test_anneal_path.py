@@ -151,7 +151,7 @@ def test_on_a_large_graph_the_bound_comes_before_the_baselines_from_one_stage() 
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["asked"][:2] == [1, 4]
-    assert seen["sent"][0] == "BoundFound" and "BaselineFound" in seen["sent"]
+    assert seen["sent"][:2] == ["StartFound", "BoundFound"] and "BaselineFound" in seen["sent"]
     assert seen["sent"].index("BaselineFound") > seen["sent"].index("BoundFound")
 
 

@@ -7,7 +7,7 @@ from factories import BENCHMARK_DIR
 from processes import helper_messages
 
 from remat.schedules import Graph, plan_from_schedule, resolve_budget, simulate
-from remat.solvers import SolveContext
+from remat.solvers import Convergence, SolveContext
 from remat.solvers.baselines import best_baseline
 from remat.solvers.checkmate._anneal import _Pool, _start_again
 from remat.solvers.checkmate._anneal_worker import BoundFound, StartFound
@@ -47,7 +47,7 @@ def test_the_helper_sends_the_plan_of_each_rising_lp_bound_and_it_costs_what_it_
     assert starts
     for start in starts:
         bound = next(m for m in messages if isinstance(m, BoundFound) and m.how == start.how)
-        assert messages.index(bound) < messages.index(start)
+        assert messages.index(start) < messages.index(bound)  # before the bound that may stop the solve
         annealer = Annealer(g, budget)
         annealer.adopt(start.extras)
         assert bound.value <= start.cost and abs(annealer.tl.total_cost - start.cost) <= 1e-9 * start.cost
@@ -63,11 +63,17 @@ def test_the_chain_tries_the_last_start_once_when_it_costs_less_than_its_best() 
     annealer.run(SolveContext(), max_moves=2000)
     assert annealer.best_cost is not None
     pool.offer_start(StartFound(annealer.best_cost, [], "dearer"))
-    assert pool.take_start(annealer) is None  # no cheaper than the chain's best: dropped
+    assert pool.ctx.record.trying and not pool.ctx.record.converged(Convergence(), 1e9)
+    assert pool.take_start(annealer) is None and not pool.ctx.record.trying  # no cheaper than the chain's best
     pool.offer_start(StartFound(annealer.best_cost * 0.98, [(0, 5)], "cheaper"))
     pool.offer_start(StartFound(annealer.best_cost * 0.99, [(0, 6)], "last"))
     start = pool.take_start(annealer)
-    assert start is not None and start.how == "last" and pool.take_start(annealer) is None
+    assert start is not None and start.how == "last" and pool.ctx.record.trying  # until it has been tried
+    pool.tried(True, "tried")
+    assert not pool.ctx.record.trying and pool.log[-1] == "tried" and pool.take_start(annealer) is None
+    pool.tried(False, "did not come down")  # then no more are tried
+    pool.offer_start(StartFound(annealer.best_cost * 0.9, [(0, 7)], "later"))
+    assert pool.take_start(annealer) is None and not pool.ctx.record.trying
 
 
 def test_the_chain_goes_on_from_a_start_only_when_it_fits_for_less() -> None:
@@ -82,8 +88,8 @@ def test_the_chain_goes_on_from_a_start_only_when_it_fits_for_less() -> None:
     better = StartFound(searched.best_cost, list(searched.best or ()), "LP")
     worse = StartFound(chain.best_cost, list(chain.best or ()), "LP")
     reported: list[float] = []
-    line = _start_again(g, budget, SolveContext(), chain, better, lambda cost, _: reported.append(cost))
-    assert "the chain goes on from it" in line
+    fits, line = _start_again(g, budget, SolveContext(), chain, better, lambda cost, _: reported.append(cost))
+    assert fits and "the chain goes on from it" in line
     assert chain.best_cost == reported[0] and abs(reported[0] - searched.best_cost) <= 1e-9 * reported[0]
-    line = _start_again(g, budget, SolveContext(), searched, worse, lambda cost, _: reported.append(cost))
-    assert "no less than the chain's best" in line and len(reported) == 1
+    fits, line = _start_again(g, budget, SolveContext(), searched, worse, lambda cost, _: reported.append(cost))
+    assert fits and "no less than the chain's best" in line and len(reported) == 1

@@ -239,6 +239,9 @@ class SolveRecord:
     :attr:`trail`."""
     bound: float | None = None
     """The best lower bound on cost reported so far."""
+    trying: bool = False
+    """A plan offered to the solve process's chain waits or is being tried (a relaxation's plan, which may
+    beat the best by points): the search has not converged while it is."""
 
     def gap(self) -> float | None:
         """(best cost - best bound) / best cost, or None while either is unknown."""
@@ -247,7 +250,9 @@ class SolveRecord:
     def converged(self, rule: Convergence, now: float) -> bool:
         """True when ``rule`` holds at ``now`` for the costs reported and for the solve process's chain, if
         it reports its own, over the window the gap to the bound sets; while no plan has been reported,
-        for the leanest plans' peaks."""
+        for the leanest plans' peaks; never while a plan is being tried (:attr:`trying`)."""
+        if self.trying:
+            return False
         if self.trail:
             window_s = rule.window_for(self.gap(), now)
             return rule.reached(self.trail, now, window_s=window_s) \

@@ -79,7 +79,7 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
             helper.tell(pool.cost)
         start = pool.take_start(annealer)
         if start is not None:
-            pool.note(_start_again(graph, budget, ctx, annealer, start, on_best))
+            pool.tried(*_start_again(graph, budget, ctx, annealer, start, on_best))
         return pool.tend(annealer)
 
     def on_best(cost: float, extras: list[tuple[int, int]], source: str = "anneal") -> None:
@@ -107,22 +107,22 @@ def anneal_path(graph: Graph, budget: int, ctx: SolveContext, _warm: WarmStart |
 
 
 def _start_again(graph: Graph, budget: int, ctx: SolveContext, annealer: Annealer, start: StartFound,
-                 on_best: Callable[[float, list[tuple[int, int]]], None]) -> str:
+                 on_best: Callable[[float, list[tuple[int, int]]], None]) -> tuple[bool, str]:
     """Descend from a relaxation's plan to the budget, and move the chain there when it then fits for less than
-    the chain's best (reported to ``on_best``); a line for the log."""
+    the chain's best (reported to ``on_best``); whether it came down to the budget, and a line for the log."""
     trial = Annealer(graph, budget, seed=0)
     trial.adopt(start.extras)
     trial.descend(ctx)
     cost = trial.tl.total_cost
     head = f"the plan of the {start.how} (cost {start.cost:.6g})"
     if trial.excess > 0:
-        return f"{head} did not come down to the budget"
+        return False, f"{head} did not come down to the budget: no more such plans are tried"
     if annealer.best_cost is not None and cost >= annealer.best_cost:
-        return f"{head} fits at {cost:.6g}, no less than the chain's best"
+        return True, f"{head} fits at {cost:.6g}, no less than the chain's best"
     annealer.adopt(trial.extras)
     if annealer.best_cost is not None:
         on_best(annealer.best_cost, list(annealer.best or ()))
-    return f"{head} fits at {cost:.6g}: the chain goes on from it"
+    return True, f"{head} fits at {cost:.6g}: the chain goes on from it"
 
 
 @dataclass
@@ -138,6 +138,9 @@ class _Pool:
     baseline: tuple[str, Schedule, float] | None = None
     start: StartFound | None = None
     """A plan read off a relaxation that the solve process's chain has not tried yet."""
+    starts_wanted: bool = True
+    """False once such a plan did not come down to the budget (the later rungs' plans cost more: rl500 at 0.5,
+    three in a row, each descent pausing the chain for seconds)."""
     bound: float | None = None
     infeasible: bool = False
     log: list[str] = field(default_factory=list)
@@ -169,17 +172,28 @@ class _Pool:
                 self._report(force=True)
 
     def offer_start(self, start: StartFound) -> None:
+        """A relaxation's plan for the chain to try; the solve has not converged until it has."""
         with self._lock:
-            self.start = start
+            if self.starts_wanted:
+                self.start = start
+                self.ctx.record.trying = True
 
     def take_start(self, annealer: Annealer) -> StartFound | None:
         """The relaxation's plan that came last, once, when it costs less than the chain's best (before its
-        descent to the budget)."""
+        descent to the budget); :meth:`tried` is then to be called."""
         with self._lock:
             start, self.start = self.start, None
-        if start is None or (annealer.best_cost is not None and start.cost >= annealer.best_cost):
-            return None
-        return start
+            due = start is not None and (annealer.best_cost is None or start.cost < annealer.best_cost)
+            self.ctx.record.trying = due
+        return start if due else None
+
+    def tried(self, fits: bool, line: str) -> None:
+        """The plan :meth:`take_start` gave was tried, as ``line`` says; it came down to the budget if ``fits``."""
+        with self._lock:
+            self.log.append(line)
+            self.starts_wanted = self.starts_wanted and fits
+            self.start = self.start if self.starts_wanted else None
+            self.ctx.record.trying = self.start is not None
 
     def offer_infeasible(self, first: int, last: int) -> None:
         with self._lock:

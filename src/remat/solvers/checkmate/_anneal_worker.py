@@ -14,7 +14,7 @@ tasks and sends what they find:
   (``explained`` 0: at once; the parent asks for :data:`MIP_WHEN_EXPLAINED`);
 - on a graph of :data:`BOUND_FIRST_NODES` nodes or more, the LP bounds come before the baselines, and
   their rungs start at one stage (:data:`LARGE_LP_ROWS`) and may take the whole time limit;
-- with each LP bound that rises, a :class:`StartFound`: the plan its solution describes
+- before each LP bound that rises, a :class:`StartFound`: the plan its solution describes
   (:func:`~remat.solvers.search.retained_plan`), when it costs less than the best plan so far, for the
   solve process's chain to start again from;
 - ``anneal``: a :class:`ChainBest` for each new best of an annealing chain (from the best
@@ -257,7 +257,7 @@ def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send, best: li
               rungs: tuple[int | None, ...], share: float) -> tuple[float | None, int | None]:
     """The best LP bound over the ``rungs`` (stages of each LP) solved within the ``share`` of the time
     limit, and the fewest stages that gave it (the MIP bound uses them: smaller, it gets further); each
-    bound that rises is sent, and the plan its solution describes when that costs less than ``best[0]``."""
+    bound that rises is sent, after the plan its solution describes when that costs less than ``best[0]``."""
     deadline = time.monotonic() + share * ctx.limits.time_limit_s
     overloaded = overloaded_stages(graph, budget)
     bound, bound_rows = None, None
@@ -270,9 +270,9 @@ def _lp_bound(graph: Graph, budget: int, ctx: SolveContext, send: Send, best: li
             break  # too large, not solved in time, or past the rung that binds hardest: the next is larger still
         bound, bound_rows = solved.bound, rows
         how = f"retention LP, {rows or 'all'} stages"
-        send(BoundFound(bound, how))
         extras = retained_plan(graph, solved.dropped_value, solved.dropped_stage)
         cost = graph.base_cost + math.fsum(float(graph.cost[v]) for v, _ in extras)
         if cost < best[0]:
-            send(StartFound(cost, extras, how))
+            send(StartFound(cost, extras, how))  # first: the bound may show the best plan converged
+        send(BoundFound(bound, how))
     return bound, bound_rows
