@@ -197,8 +197,9 @@ def _pipeline(rank: int, world: int) -> dict[str, Any]:
             "compiled_difference": max((g - e).abs().max().item()
                                        for g, e in zip(compiled_gradients, expected, strict=True)),
             "compiled_buffers": [p.joint.fixed["pipeline_buffers"] for p in remat.planned],
-            "micro_batches": MICRO_BATCHES, "stage_buffers": buffers,
-            "planned_buffers": [p.joint.fixed["pipeline_buffers"] for p in planned.plans]}
+            "micro_batches": MICRO_BATCHES, "stage_buffers": buffers, "batch_bytes": inputs.nbytes,
+            "planned_buffers": [p.joint.fixed["pipeline_buffers"] for p in planned.plans],
+            "planned_inputs": [p.joint.fixed["inputs"] for p in planned.plans]}
 
 
 RUNS = {"ddp": _ddp, "plans": _plans, "fsdp": _fsdp, "pipeline": _pipeline}

@@ -91,7 +91,8 @@ class PlannedGraph:
     source: str
     """``"solved"``, ``"cache"`` (the plan cache on disk), ``"given"`` (a result passed in), ``"rank K"`` (solved by
     another rank of a torch.distributed job, for the same graph) or ``"earlier"`` (the plan of a graph planned before
-    that differs only in its fixed memory, such as the buckets of a DistributedDataParallel that runs the step)."""
+    that differs only in its fixed memory, such as the buckets of a DistributedDataParallel that runs the step, or
+    not at all, such as a pipeline stage's step once it holds gradients)."""
 
     asked: int
     """The bytes the step's budget left this graph (what a copy of the backend asks again for it)."""
@@ -246,10 +247,11 @@ class RematBackend:
         transfer = transfer_for(self.transfer, graph, joint)
         captured = graph.sha256
         inherited = self._inherited.pop((captured, asked), None)
-        if inherited is not None:
-            reserve = inherited.joint.index[RESERVE].memory if RESERVE in inherited.joint.index else 0
-            planned = self._check(inherited.result, inherited.source, inherited.budget, transfer,
-                                  *_reserved(joint, graph, reserve))
+        followed = inherited or self._same_step(captured, asked)
+        if followed is not None:
+            reserve = followed.joint.index[RESERVE].memory if RESERVE in followed.joint.index else 0
+            planned = self._check(followed.result, followed.source if inherited else "earlier", followed.budget,
+                                  transfer, *_reserved(joint, graph, reserve))
         else:
             planned = self._plan_beside_later(graph, joint, asked, transfer, after)
         joint, graph, result, plan, simulation = planned.joint, planned.graph, planned.result, planned.plan, \
@@ -267,6 +269,15 @@ class RematBackend:
         self._record(PlannedGraph(joint, graph, result, plan, simulation, planned.budget, planned.source, asked,
                                   captured), replacing=inherited)
         return lower(joint, graph, plan, frees=self.compiler == "eager", timing=simulation.timing)
+
+    def _same_step(self, captured: str, asked: int) -> PlannedGraph | None:
+        """The plan of another whole step of the same graph at the same budget, if one was made: a pipeline stage's
+        steps before and after its first backward (gradients absent, then present: both planned with them resident)
+        run micro-batches in flight together, which a plan checked beside others saving as much as itself holds only
+        if they follow it too."""
+        if not self.whole_steps:
+            return None
+        return next((p for p in reversed(self.planned) if p.captured_sha256 == captured and p.asked == asked), None)
 
     def _plan_beside_later(self, graph: Graph, joint: JointGraph, budget: int, transfer: Transfer | None,
                            after: tuple[int, bool]) -> _Solved:

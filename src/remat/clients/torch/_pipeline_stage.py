@@ -3,8 +3,11 @@
 A :class:`~torch.distributed.pipelining.PipelineStage` allocates, when its schedule prepares it, a buffer per
 micro-batch for the activations it receives (every stage but the first) and one per micro-batch for the gradients
 it receives (every stage but the last), and keeps them from step to step. The stage's graph counts the micro-batch
-that runs: its inputs are one activation buffer and its tangents one gradient buffer. The others are held beside
-it, and so, for a moment, is the gradient of the inputs of the micro-batch before, until its send completes.
+that runs: its tangents are one gradient buffer, and its inputs one activation buffer (on the first stage, a chunk
+of the batch the schedule splits). Every micro-batch's inputs are held so for the whole step, not by the micro-batch
+while it is in flight: they count with the buffers, not with what a micro-batch saves (:mod:`._in_flight`). The
+other gradient buffers are held beside it, and so, for a moment, is the gradient of the inputs of the micro-batch
+before, until its send completes.
 
 The stage is found on the call stack while it runs the module, from the frames of its own methods only (reading a
 frame's locals keeps them alive until the frame reads them again, which in a training loop's frame would hold
@@ -63,17 +66,20 @@ def running_stage() -> StageRole | None:
 
 
 def with_pipeline_buffers(joint: JointGraph) -> JointGraph:
-    """``joint`` with the receive buffers of the pipeline stage running it (if any) as its ``pipeline_buffers``."""
-    buffers = pipeline_buffer_bytes(running_stage(), inputs=joint.fixed["inputs"], tangents=joint.fixed["tangents"])
-    return dataclasses.replace(joint, fixed={**joint.fixed, "pipeline_buffers": buffers})
-
-
-def pipeline_buffer_bytes(role: StageRole | None, *, inputs: int, tangents: int) -> int:
-    """Bytes a stage in ``role`` holds beside its graph, whose inputs (the activations it receives) take ``inputs``
-    bytes and whose tangents (the gradients it receives) ``tangents``: the other micro-batches' receive buffers,
-    and the inputs' gradient of the micro-batch before."""
+    """``joint`` with the receive buffers of the pipeline stage running it (if any) as its ``pipeline_buffers``, its
+    inputs among them."""
+    role = running_stage()
     if role is None:
-        return 0
+        return joint
+    buffers = pipeline_buffer_bytes(role, inputs=joint.fixed["inputs"], tangents=joint.fixed["tangents"])
+    return dataclasses.replace(joint, fixed={**joint.fixed, "inputs": 0, "pipeline_buffers": buffers})
+
+
+def pipeline_buffer_bytes(role: StageRole, *, inputs: int, tangents: int) -> int:
+    """Bytes a stage in ``role`` holds through its step besides its parameters, for a graph whose inputs (the
+    activations it receives) take ``inputs`` bytes and whose tangents (the gradients it receives) ``tangents``:
+    every micro-batch's inputs (the running one's included), the inputs' gradient of the micro-batch before, and
+    the other micro-batches' gradient buffers."""
     others = role.micro_batches - 1
-    received = 0 if role.first else (others + 1) * inputs
+    received = inputs if role.first else (others + 2) * inputs
     return received + (0 if role.last else others * tangents)
