@@ -197,7 +197,7 @@ def _pipeline(rank: int, world: int) -> dict[str, Any]:
             "compiled_difference": max((g - e).abs().max().item()
                                        for g, e in zip(compiled_gradients, expected, strict=True)),
             "compiled_buffers": [p.joint.fixed["pipeline_buffers"] for p in remat.planned],
-            "micro_batches": MICRO_BATCHES, "stage_buffers": buffers, "batch_bytes": inputs.nbytes,
+            "micro_batches": MICRO_BATCHES, "stage_buffers": buffers, "sources": [p.source for p in planned.plans],
             "planned_buffers": [p.joint.fixed["pipeline_buffers"] for p in planned.plans],
             "planned_inputs": [p.joint.fixed["inputs"] for p in planned.plans]}
 

@@ -3,11 +3,13 @@
 A :class:`~torch.distributed.pipelining.PipelineStage` allocates, when its schedule prepares it, a buffer per
 micro-batch for the activations it receives (every stage but the first) and one per micro-batch for the gradients
 it receives (every stage but the last), and keeps them from step to step. The stage's graph counts the micro-batch
-that runs: its tangents are one gradient buffer, and its inputs one activation buffer (on the first stage, a chunk
-of the batch the schedule splits). Every micro-batch's inputs are held so for the whole step, not by the micro-batch
-while it is in flight: they count with the buffers, not with what a micro-batch saves (:mod:`._in_flight`). The
-other gradient buffers are held beside it, and so, for a moment, is the gradient of the inputs of the micro-batch
-before, until its send completes.
+that runs: its tangents are one gradient buffer, and its inputs one activation buffer. Every micro-batch's inputs
+are held so for the whole step, not by the micro-batch while it is in flight: they count with the buffers, not with
+what a micro-batch saves (:mod:`._in_flight`). The first stage's inputs are chunks of the batch the caller passes
+the schedule (views, which allocate nothing; the schedule's shape inference may run on a copy of one, which would
+make its graph another): they count nothing, so that its steps before and after the first backward plan one graph.
+The other gradient buffers are held beside it, and so, for a moment, is the gradient of the inputs of the
+micro-batch before, until its send completes.
 
 The stage is found on the call stack while it runs the module, from the frames of its own methods only (reading a
 frame's locals keeps them alive until the frame reads them again, which in a training loop's frame would hold
@@ -78,8 +80,8 @@ def with_pipeline_buffers(joint: JointGraph) -> JointGraph:
 def pipeline_buffer_bytes(role: StageRole, *, inputs: int, tangents: int) -> int:
     """Bytes a stage in ``role`` holds through its step besides its parameters, for a graph whose inputs (the
     activations it receives) take ``inputs`` bytes and whose tangents (the gradients it receives) ``tangents``:
-    every micro-batch's inputs (the running one's included), the inputs' gradient of the micro-batch before, and
-    the other micro-batches' gradient buffers."""
+    every micro-batch's inputs (the running one's included) and the inputs' gradient of the micro-batch before,
+    except on the first stage, and the other micro-batches' gradient buffers."""
     others = role.micro_batches - 1
-    received = inputs if role.first else (others + 2) * inputs
+    received = 0 if role.first else (others + 2) * inputs
     return received + (0 if role.last else others * tangents)
